@@ -1,0 +1,43 @@
+#include <fmt/format.h>
+
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit {
+
+namespace {
+
+constexpr std::array<std::string_view, 3> kPresets = {"glm-5.3-flash", "kimi-k3", "full"};
+
+// heads x {f32, bf16} x {sd, ds} x (single? + packed T in [t_lo, t_hi]) x gates
+std::vector<KernelKey> matrix(std::initializer_list<int> heads, bool single, int t_lo, int t_hi,
+                              std::initializer_list<Gate> gates, Arch arch) {
+  std::vector<KernelKey> out;
+  for (int h : heads)
+    for (auto st : {StateDtype::f32, StateDtype::bf16})
+      for (auto cv : {ConvLayout::sd, ConvLayout::ds})
+        for (auto g : gates) {
+          KernelKey k{Op::single, h, st, cv, 1, g, Route::rowcta, arch};
+          if (single) out.push_back(k);
+          for (int t = t_lo; t <= t_hi; ++t) {
+            k.op = Op::packed;
+            k.tokens = t;
+            out.push_back(k);
+          }
+        }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string_view> preset_names() { return {kPresets.begin(), kPresets.end()}; }
+
+Result<std::vector<KernelKey>> preset_keys(std::string_view preset, Arch arch) {
+  // Heads are per rank: the model's heads sharded over TP 1/2/4/8.
+  if (preset == "glm-5.3-flash") return matrix({64, 32, 16, 8}, true, 2, 4, {Gate::bounded}, arch);
+  if (preset == "kimi-k3") return matrix({96, 48, 24, 12}, true, 2, 4, {Gate::bounded}, arch);
+  if (preset == "full")
+    return matrix({1, 8, 12, 16, 24, 32, 48, 64, 96, 128}, true, 1, 8, {Gate::bounded, Gate::softplus}, arch);
+  return invalid_argument(fmt::format("preset: expected one of {}, got '{}'", fmt::join(kPresets, "|"), preset));
+}
+
+}  // namespace kdajit

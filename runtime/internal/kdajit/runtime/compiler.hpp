@@ -1,0 +1,48 @@
+// NVRTC: generated source -> cubin for the key's exact arch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kdajit/error.hpp"
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit {
+
+// Everything that determines the compiled binary. The cache hashes all of it.
+struct BuildInputs {
+  KernelKey key;
+  std::string source;                // generate_source(key)
+  std::vector<std::string> options;  // canonical NVRTC options
+  std::string nvrtc_version;         // e.g. "13.0"
+};
+
+// Resource usage of the compiled kernel, read from ptxas' verbose log.
+struct KernelResources {
+  int registers = -1;
+  int spill_bytes = 0;  // spill stores + spill loads
+  int stack_bytes = 0;  // stack frame
+  int smem_bytes = 0;   // static shared memory
+};
+
+struct CompiledKernel {
+  std::string cubin;
+  std::string log;  // NVRTC log (includes ptxas info)
+  KernelResources resources;
+  double compile_ms = 0;
+};
+
+std::string nvrtc_version();
+std::vector<std::string> canonical_options(const KernelKey& key);
+
+// Generates the source and collects the canonical options and NVRTC version.
+Result<BuildInputs> make_build_inputs(const KernelKey& key);
+
+// Compiles. A failure is an Error{compile_failed} whose message names the key
+// and whose detail carries the options, the NVRTC log and the failing source line.
+Result<CompiledKernel> compile(const BuildInputs& inputs);
+
+// Parses "ptxas info" lines of a verbose log (exposed for tests).
+KernelResources parse_ptxas_log(const std::string& log);
+
+}  // namespace kdajit

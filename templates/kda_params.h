@@ -1,0 +1,52 @@
+// The kernel parameter block: the ABI between the host launcher (runtime/) and
+// the generated kernels (templates/). This file is compiled both by the host
+// compiler and, embedded, by NVRTC, so it uses plain C types only.
+// Strides are in elements. Passed by value as the kernel's only parameter.
+#ifndef KDAJIT_KDA_PARAMS_H
+#define KDAJIT_KDA_PARAMS_H
+
+#ifdef __CUDACC_RTC__
+typedef long long kda_i64;
+typedef int kda_i32;
+typedef unsigned short kda_bf16_bits;
+#else
+#include <stdint.h>
+typedef int64_t kda_i64;
+typedef int32_t kda_i32;
+typedef uint16_t kda_bf16_bits;
+#endif
+
+struct KdaParams {
+  const kda_bf16_bits* x;           // [R, 3*H*D]
+  const float* conv_weight;         // [3, W, H*D]
+  kda_bf16_bits* conv_state;        // [S, 3*H*D, K] (SD or DS per the key)
+  const kda_bf16_bits* raw_gate;    // [R, H, D]
+  const kda_bf16_bits* raw_beta;    // [R, H]
+  const float* A_log;               // [H]
+  const float* dt_bias;             // [H*D]
+  const kda_i32* state_indices;     // single: [R]; packed: [N, T]
+  void* state;                      // [S, H, D, D] f32 or bf16
+  const kda_bf16_bits* output_gate; // [R, H, D]
+  const float* norm_weight;         // [D]
+  kda_bf16_bits* output;            // [R, H, D]
+  const kda_i32* query_start_loc;   // packed: [N + 1]
+  const kda_i32* num_accepted;      // packed: [N]
+  kda_i32* oob_counter;             // optional: += out-of-range slots seen
+
+  kda_i64 x_row_stride;
+  kda_i64 conv_slot_stride;
+  kda_i64 gate_row_stride;
+  kda_i64 beta_row_stride;
+  kda_i64 state_slot_stride;
+  kda_i64 ogate_row_stride;
+  kda_i64 out_row_stride;
+
+  kda_i32 rows;       // R
+  kda_i32 num_seqs;   // N (packed)
+  kda_i32 num_slots;  // S
+  float lower_bound;
+  float norm_eps;
+  kda_i32 pad_;
+};
+
+#endif  // KDAJIT_KDA_PARAMS_H

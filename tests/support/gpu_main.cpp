@@ -1,0 +1,31 @@
+// main() of the GPU test binaries: exit 77 (CTest SKIP_RETURN_CODE) when no
+// usable CUDA device exists, so machines without a GPU report the tests skipped.
+#define CATCH_CONFIG_RUNNER
+#include <dlfcn.h>
+
+#include <cstdio>
+
+#include "catch.hpp"
+
+namespace {
+
+bool have_gpu() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return false;
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  return init && count && init(0) == 0 && count(&n) == 0 && n > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!have_gpu()) {
+    std::fprintf(stderr, "no CUDA device: skipping GPU tests\n");
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}

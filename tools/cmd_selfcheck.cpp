@@ -1,0 +1,2 @@
+#include "commands.hpp"
+namespace kdajit::cli { void add_selfcheck_command(CLI::App&) {} }
