@@ -1,0 +1,30 @@
+// All configuration that kdajit reads from the environment, in one typed place.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kdajit/error.hpp"
+
+namespace kdajit {
+
+enum class LogLevel : int { quiet = 0, info = 1, debug = 2 };
+
+struct Environment {
+  std::optional<std::string> cache_dir;       // KDAJIT_CACHE_DIR
+  std::optional<std::string> xdg_cache_home;  // XDG_CACHE_HOME
+  std::optional<std::string> home;            // HOME
+  std::optional<uint64_t> cache_max_bytes;    // KDAJIT_CACHE_MAX_BYTES
+  bool disable_jit = false;                   // KDAJIT_DISABLE_JIT=1
+  LogLevel log_level = LogLevel::info;        // KDAJIT_LOG=quiet|info|debug
+};
+
+// Reads the process environment. Malformed values are errors naming the variable.
+Result<Environment> read_environment();
+
+// The cache root: KDAJIT_CACHE_DIR, else $XDG_CACHE_HOME/kdajit, else ~/.cache/kdajit
+// (empty if none can be formed).
+std::string default_cache_root(const Environment& env);
+
+}  // namespace kdajit
