@@ -2,11 +2,11 @@
 #include <exception>
 
 #include "commands.hpp"
-#include "kdajit/kdajit.h"
+
 
 int main(int argc, char** argv) {
   CLI::App app{"kdajit: generate, JIT-compile, cache and launch fused KDA decode kernels"};
-  app.set_version_flag("--version", std::string("kdajit ") + kdajit_version());
+  app.set_version_flag("--version", std::string("kdajit ") + KDAJIT_VERSION_STRING);
   app.require_subcommand(1);
   kdajit::cli::add_keys_command(app);
   kdajit::cli::add_compile_commands(app);

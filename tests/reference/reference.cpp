@@ -1,1 +1,371 @@
-// placeholder
+#include "kdajit/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "kdajit/bf16.hpp"
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit::ref {
+
+size_t dtype_size(kdajit_dtype_t dtype) { return dtype == KDAJIT_DTYPE_BF16 ? 2 : 4; }
+
+int64_t element_offset_bytes(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
+  int64_t off = 0;
+  int i = 0;
+  for (int64_t v : idx) off += v * t.strides[i++];
+  return off * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+namespace {
+
+std::byte* element_ptr(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
+  return static_cast<std::byte*>(t.data) + element_offset_bytes(t, idx);
+}
+
+}  // namespace
+
+double load(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
+  const std::byte* p = element_ptr(t, idx);
+  switch (t.dtype) {
+    case KDAJIT_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
+    case KDAJIT_DTYPE_BF16: { uint16_t b; std::memcpy(&b, p, 2); return bf16_bits_to_f64(b); }
+    case KDAJIT_DTYPE_INT32: { int32_t i; std::memcpy(&i, p, 4); return i; }
+  }
+  return 0.0;
+}
+
+void store(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx, double value) {
+  std::byte* p = element_ptr(t, idx);
+  switch (t.dtype) {
+    case KDAJIT_DTYPE_F32: { float f = static_cast<float>(value); std::memcpy(p, &f, 4); return; }
+    case KDAJIT_DTYPE_BF16: { uint16_t b = f64_to_bf16_bits(value); std::memcpy(p, &b, 2); return; }
+    case KDAJIT_DTYPE_INT32: { int32_t i = static_cast<int32_t>(value); std::memcpy(p, &i, 4); return; }
+  }
+}
+
+uint16_t load_bits16(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
+  uint16_t b;
+  std::memcpy(&b, element_ptr(t, idx), 2);
+  return b;
+}
+
+void store_bits16(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx, uint16_t bits) {
+  std::memcpy(element_ptr(t, idx), &bits, 2);
+}
+
+namespace {
+
+constexpr int64_t D = kHeadDim;
+constexpr int64_t W = kConvWidth;
+
+std::string_view dtype_name(kdajit_dtype_t d) {
+  switch (d) {
+    case KDAJIT_DTYPE_F32: return "f32";
+    case KDAJIT_DTYPE_BF16: return "bf16";
+    case KDAJIT_DTYPE_INT32: return "int32";
+  }
+  return "?";
+}
+
+std::string shape_string(const kdajit_tensor_t& t) {
+  std::string s = "[";
+  for (int i = 0; i < std::clamp(t.ndim, 0, KDAJIT_MAX_DIMS); ++i) s += fmt::format("{}{}", i ? ", " : "", t.shape[i]);
+  return s + "]";
+}
+
+int64_t numel(const kdajit_tensor_t& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;
+}
+
+// dtype, ndim and shape; data may be null only for an empty tensor.
+Status check_view(const kdajit_tensor_t& t, std::string_view name, std::initializer_list<kdajit_dtype_t> dtypes,
+                  std::initializer_list<int64_t> shape) {
+  std::string want_dtype;
+  bool dtype_ok = false;
+  for (auto d : dtypes) {
+    want_dtype += fmt::format("{}{}", want_dtype.empty() ? "" : "|", dtype_name(d));
+    dtype_ok = dtype_ok || t.dtype == d;
+  }
+  std::string want_shape = "[";
+  bool shape_ok = t.ndim == static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) {
+    want_shape += fmt::format("{}{}", i ? ", " : "", s);
+    shape_ok = shape_ok && t.shape[i] == s;
+    ++i;
+  }
+  want_shape += "]";
+  if (!dtype_ok || !shape_ok)
+    return invalid_argument(fmt::format("{}: expected {} {}, got {} {}", name, want_dtype, want_shape,
+                                        dtype_name(t.dtype), shape_string(t)));
+  if (t.data == nullptr && numel(t) > 0)
+    return invalid_argument(fmt::format("{}: expected a host pointer, got null", name));
+  return {};
+}
+
+struct Geometry {
+  bool packed = false;
+  int64_t R = 0, H = 0, hidden = 0, qkv = 0, S = 0, T = 1, K = 3, N = 0;
+};
+
+Result<Geometry> check_args(kdajit_op_t op, const kdajit_decode_args_t& a) {
+  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED)
+    return invalid_argument(fmt::format("op: expected single (0) or packed (1), got {}", static_cast<int>(op)));
+  Geometry g;
+  g.packed = op == KDAJIT_OP_PACKED;
+  if (a.A_log.ndim != 1 || a.A_log.shape[0] < 1 || a.A_log.shape[0] > kMaxHeads)
+    return invalid_argument(fmt::format("A_log: expected f32 [H] with 1 <= H <= {}, got {}", kMaxHeads, shape_string(a.A_log)));
+  if (a.x.ndim != 2 || a.x.shape[0] < 0)
+    return invalid_argument(fmt::format("x: expected bf16 [R, qkv], got {}", shape_string(a.x)));
+  if (a.state.ndim != 4 || a.state.shape[0] < 1)
+    return invalid_argument(fmt::format("state: expected [S, H, 128, 128] with S >= 1, got {}", shape_string(a.state)));
+  g.H = a.A_log.shape[0];
+  g.hidden = g.H * D;
+  g.qkv = 3 * g.hidden;
+  g.R = a.x.shape[0];
+  g.S = a.state.shape[0];
+  if (g.packed) {
+    if (a.state_indices.ndim != 2 || a.state_indices.shape[0] < 0 || a.state_indices.shape[1] < 1)
+      return invalid_argument(fmt::format("state_indices: expected int32 [N, T] with T >= 1, got {}",
+                                          shape_string(a.state_indices)));
+    g.N = a.state_indices.shape[0];
+    g.T = a.state_indices.shape[1];
+  }
+  g.K = g.T + W - 2;
+  KDAJIT_TRY(check_view(a.x, "x", {KDAJIT_DTYPE_BF16}, {g.R, g.qkv}));
+  KDAJIT_TRY(check_view(a.conv_weight, "conv_weight", {KDAJIT_DTYPE_F32}, {3, W, g.hidden}));
+  KDAJIT_TRY(check_view(a.conv_state, "conv_state", {KDAJIT_DTYPE_BF16}, {g.S, g.qkv, g.K}));
+  KDAJIT_TRY(check_view(a.raw_gate, "raw_gate", {KDAJIT_DTYPE_BF16}, {g.R, g.H, D}));
+  KDAJIT_TRY(check_view(a.raw_beta, "raw_beta", {KDAJIT_DTYPE_BF16}, {g.R, g.H}));
+  KDAJIT_TRY(check_view(a.A_log, "A_log", {KDAJIT_DTYPE_F32}, {g.H}));
+  KDAJIT_TRY(check_view(a.dt_bias, "dt_bias", {KDAJIT_DTYPE_F32}, {g.hidden}));
+  if (g.packed)
+    KDAJIT_TRY(check_view(a.state_indices, "state_indices", {KDAJIT_DTYPE_INT32}, {g.N, g.T}));
+  else
+    KDAJIT_TRY(check_view(a.state_indices, "state_indices", {KDAJIT_DTYPE_INT32}, {g.R}));
+  KDAJIT_TRY(check_view(a.state, "state", {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}, {g.S, g.H, D, D}));
+  KDAJIT_TRY(check_view(a.output_gate, "output_gate", {KDAJIT_DTYPE_BF16}, {g.R, g.H, D}));
+  KDAJIT_TRY(check_view(a.norm_weight, "norm_weight", {KDAJIT_DTYPE_F32}, {D}));
+  KDAJIT_TRY(check_view(a.output, "output", {KDAJIT_DTYPE_BF16}, {g.R, g.H, D}));
+  if (g.packed) {
+    KDAJIT_TRY(check_view(a.query_start_loc, "query_start_loc", {KDAJIT_DTYPE_INT32}, {g.N + 1}));
+    KDAJIT_TRY(check_view(a.num_accepted_tokens, "num_accepted_tokens", {KDAJIT_DTYPE_INT32}, {g.N}));
+  }
+  if (a.gate != KDAJIT_GATE_BOUNDED && a.gate != KDAJIT_GATE_SOFTPLUS)
+    return invalid_argument(fmt::format("gate: expected bounded (0) or softplus (1), got {}", static_cast<int>(a.gate)));
+  if (a.gate == KDAJIT_GATE_BOUNDED && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
+    return invalid_argument(fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
+  if (!(std::isfinite(a.norm_eps) && a.norm_eps >= 0.0f))
+    return invalid_argument(fmt::format("norm_eps: expected a finite value >= 0, got {}", a.norm_eps));
+  return g;
+}
+
+// One unit of work: a packed sequence, or one row of the single op (T = 1).
+struct Seq {
+  int64_t row0 = 0, len = 0;
+  int64_t accepted = 1;
+  int64_t conv_slot = 0, src_slot = 0;
+  std::vector<int64_t> ckpt;  // [len]: slot to store the state after token t, or -1
+  bool live = false;
+};
+
+std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a) {
+  auto valid = [&](int64_t s) { return s >= 1 && s < g.S; };
+  std::vector<Seq> seqs;
+  if (!g.packed) {
+    seqs.resize(static_cast<size_t>(g.R));
+    for (int64_t r = 0; r < g.R; ++r) {
+      const auto s = static_cast<int64_t>(load(a.state_indices, {r}));
+      Seq& q = seqs[static_cast<size_t>(r)];
+      q.row0 = r;
+      q.len = 1;
+      q.conv_slot = q.src_slot = s;
+      q.live = valid(s);
+      q.ckpt = {q.live ? s : -1};
+    }
+    return seqs;
+  }
+  seqs.resize(static_cast<size_t>(g.N));
+  for (int64_t n = 0; n < g.N; ++n) {
+    Seq& q = seqs[static_cast<size_t>(n)];
+    const auto q0 = static_cast<int64_t>(load(a.query_start_loc, {n}));
+    const auto q1 = static_cast<int64_t>(load(a.query_start_loc, {n + 1}));
+    q.row0 = q0;
+    q.len = q1 - q0;
+    q.accepted = std::clamp<int64_t>(static_cast<int64_t>(load(a.num_accepted_tokens, {n})), 1, g.T);
+    q.conv_slot = static_cast<int64_t>(load(a.state_indices, {n, 0}));
+    q.src_slot = static_cast<int64_t>(load(a.state_indices, {n, q.accepted - 1}));
+    q.live = q.len > 0 && q.len <= g.T && q0 >= 0 && q1 <= g.R && valid(q.conv_slot) && valid(q.src_slot);
+    if (!q.live) continue;
+    q.ckpt.resize(static_cast<size_t>(q.len));
+    for (int64_t t = 0; t < q.len; ++t) {
+      const auto s = static_cast<int64_t>(load(a.state_indices, {n, t}));
+      q.ckpt[static_cast<size_t>(t)] = valid(s) ? s : -1;
+    }
+  }
+  return seqs;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Steps 1-7 of the spec for every token of one live sequence, head by head.
+void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q, Capture* capture) {
+  const int64_t L = q.len, win_len = L + 3;
+  const int64_t ch = 3 * D;  // this head's q, k and v channels
+  std::vector<uint16_t> win_bits(static_cast<size_t>(ch * win_len));
+  std::vector<double> win(win_bits.size()), weight(static_cast<size_t>(ch * W));
+  std::vector<double> S(static_cast<size_t>(D * D)), m(static_cast<size_t>(ch));
+  std::vector<double> decay(D), o(D), ob(D);
+
+  for (int64_t h = 0; h < g.H; ++h) {
+    // All reads of this (sequence, head) precede its writes.
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t c = j * g.hidden + h * D + d, lc = j * D + d;
+        for (int64_t w = 0; w < 3; ++w)
+          win_bits[static_cast<size_t>(lc * win_len + w)] = load_bits16(a.conv_state, {q.conv_slot, c, q.accepted - 1 + w});
+        for (int64_t t = 0; t < L; ++t)
+          win_bits[static_cast<size_t>(lc * win_len + 3 + t)] = load_bits16(a.x, {q.row0 + t, c});
+        for (int64_t w = 0; w < W; ++w) weight[static_cast<size_t>(lc * W + w)] = load(a.conv_weight, {j, w, h * D + d});
+      }
+    for (size_t i = 0; i < win.size(); ++i) win[i] = bf16_bits_to_f64(win_bits[i]);
+    for (int64_t v = 0; v < D; ++v)
+      for (int64_t k = 0; k < D; ++k) S[static_cast<size_t>(v * D + k)] = load(a.state, {q.src_slot, h, v, k});
+    const double A = std::exp(load(a.A_log, {h}));
+
+    for (int64_t t = 0; t < L; ++t) {
+      const int64_t r = q.row0 + t;
+      // 1. conv over the window (3 history taps, then x) + SiLU, rounding point 1.
+      for (int64_t lc = 0; lc < ch; ++lc) {
+        double acc = 0.0;
+        for (int64_t w = 0; w < W; ++w)
+          acc += weight[static_cast<size_t>(lc * W + w)] * win[static_cast<size_t>(lc * win_len + t + w)];
+        m[static_cast<size_t>(lc)] = round_bf16(acc * sigmoid(acc));
+      }
+      // 2-3. split and l2-normalize q (with the D^-1/2 scale) and k.
+      const double* qv = m.data();
+      const double* kv = m.data() + D;
+      const double* vv = m.data() + 2 * D;
+      double qss = 0.0, kss = 0.0;
+      for (int64_t i = 0; i < D; ++i) {
+        qss += qv[i] * qv[i];
+        kss += kv[i] * kv[i];
+      }
+      const double qscale = 1.0 / std::sqrt(qss + 1e-6) / std::sqrt(static_cast<double>(D));
+      const double kscale = 1.0 / std::sqrt(kss + 1e-6);
+      double qn[D], kn[D];
+      for (int64_t i = 0; i < D; ++i) {
+        qn[i] = qv[i] * qscale;
+        kn[i] = kv[i] * kscale;
+      }
+      // 4. gate.
+      for (int64_t k = 0; k < D; ++k) {
+        const double gl = load(a.raw_gate, {r, h, k}) + load(a.dt_bias, {h * D + k});
+        double gv;
+        if (a.gate == KDAJIT_GATE_BOUNDED) {
+          gv = static_cast<double>(a.lower_bound) * sigmoid(A * gl);
+        } else {
+          const double sp = gl > 20.0 ? gl : std::log1p(std::exp(gl));
+          gv = -A * sp;
+        }
+        decay[static_cast<size_t>(k)] = std::exp(gv);
+      }
+      // 5. beta.
+      const double beta = sigmoid(load(a.raw_beta, {r, h}));
+      // 6. delta rule; the carry S stays unrounded.
+      for (int64_t v = 0; v < D; ++v) {
+        double* Sv = S.data() + v * D;
+        double u = 0.0;
+        for (int64_t k = 0; k < D; ++k) {
+          Sv[k] *= decay[static_cast<size_t>(k)];
+          u += Sv[k] * kn[k];
+        }
+        const double delta = beta * (vv[v] - u);
+        double ov = 0.0;
+        for (int64_t k = 0; k < D; ++k) {
+          Sv[k] += delta * kn[k];
+          ov += Sv[k] * qn[k];
+        }
+        o[static_cast<size_t>(v)] = ov;
+      }
+      const int64_t ck = q.ckpt[static_cast<size_t>(t)];
+      if (ck >= 0)  // rounding point 2 (store() rounds to the state dtype)
+        for (int64_t v = 0; v < D; ++v)
+          for (int64_t k = 0; k < D; ++k) store(a.state, {ck, h, v, k}, S[static_cast<size_t>(v * D + k)]);
+      // 7. gated RMSNorm, rounding points 3 and 4.
+      double ss = 0.0;
+      for (int64_t v = 0; v < D; ++v) {
+        ob[static_cast<size_t>(v)] = round_bf16(o[static_cast<size_t>(v)]);
+        ss += ob[static_cast<size_t>(v)] * ob[static_cast<size_t>(v)];
+      }
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(D) + static_cast<double>(a.norm_eps));
+      for (int64_t v = 0; v < D; ++v) {
+        const double y = ob[static_cast<size_t>(v)] * inv * load(a.norm_weight, {v}) *
+                         sigmoid(load(a.output_gate, {r, h, v}));
+        if (capture) capture->output[static_cast<size_t>((r * g.H + h) * D + v)] = y;
+        store(a.output, {r, h, v}, y);
+      }
+    }
+    // New conv window: old taps a, a+1 at positions 0, 1; the L raw x at 2..L+1.
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t c = j * g.hidden + h * D + d, lc = j * D + d;
+        for (int64_t p = 0; p < L + 2; ++p)
+          store_bits16(a.conv_state, {q.conv_slot, c, p}, win_bits[static_cast<size_t>(lc * win_len + 1 + p)]);
+      }
+  }
+}
+
+}  // namespace
+
+Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture) {
+  KDAJIT_TRY_ASSIGN(const Geometry g, check_args(op, args));
+  if (capture) capture->output.assign(static_cast<size_t>(g.R * g.H * D), 0.0);
+  // Rows that no live sequence computes stay zero.
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t v = 0; v < D; ++v) store_bits16(args.output, {r, h, v}, 0);
+  for (const Seq& q : plan_sequences(g, args))
+    if (q.live) run_sequence(g, args, q, capture);
+  return {};
+}
+
+Status single_decode(const kdajit_decode_args_t& args, Capture* capture) {
+  return decode(KDAJIT_OP_SINGLE, args, capture);
+}
+
+Status packed_decode(const kdajit_decode_args_t& args, Capture* capture) {
+  return decode(KDAJIT_OP_PACKED, args, capture);
+}
+
+Result<WritePlan> plan_writes(kdajit_op_t op, const kdajit_decode_args_t& args) {
+  KDAJIT_TRY_ASSIGN(const Geometry g, check_args(op, args));
+  WritePlan p;
+  p.rows = g.R;
+  p.heads = g.H;
+  p.slots = g.S;
+  p.tokens = g.T;
+  p.row_live.assign(static_cast<size_t>(g.R), 0);
+  p.state_written.assign(static_cast<size_t>(g.S), 0);
+  p.conv_taps_written.assign(static_cast<size_t>(g.S), 0);
+  for (const Seq& q : plan_sequences(g, args)) {
+    if (!q.live) continue;
+    for (int64_t t = 0; t < q.len; ++t) {
+      p.row_live[static_cast<size_t>(q.row0 + t)] = 1;
+      if (q.ckpt[static_cast<size_t>(t)] >= 0) p.state_written[static_cast<size_t>(q.ckpt[static_cast<size_t>(t)])] = 1;
+    }
+    auto& taps = p.conv_taps_written[static_cast<size_t>(q.conv_slot)];
+    taps = std::max<int32_t>(taps, static_cast<int32_t>(q.len + 2));
+  }
+  return p;
+}
+
+}  // namespace kdajit::ref

@@ -1,0 +1,224 @@
+// The kernel key: presets, name and JSON round trips, digests, validation errors.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "kdajit/kernel_key.hpp"
+
+using namespace kdajit;
+
+namespace {
+
+constexpr Arch kArchs[] = {Arch::sm_90, Arch::sm_90a, Arch::sm_100a, Arch::sm_103a, Arch::sm_120a};
+
+std::vector<KernelKey> keys_of(std::string_view preset, Arch arch) {
+  auto keys = preset_keys(preset, arch);
+  INFO((keys ? std::string() : keys.error().message));
+  REQUIRE(keys.ok());
+  return *keys;
+}
+
+// The error message of a failed Result / Status, or "" (and a failed check) if it succeeded.
+template <class R>
+std::string error_of(const R& r) {
+  CHECK_FALSE(r.ok());
+  return r.ok() ? std::string() : r.error().message;
+}
+
+bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
+
+TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
+  CHECK(keys_of("glm-5.3-flash", Arch::sm_90).size() == 64);
+  CHECK(keys_of("kimi-k3", Arch::sm_90).size() == 64);
+  CHECK(keys_of("full", Arch::sm_90a).size() == 720);
+  const auto names = preset_names();
+  CHECK(names.size() == 3);
+  CHECK(std::find(names.begin(), names.end(), kDefaultPreset) != names.end());
+  // The preset's arch is stamped on every key.
+  for (Arch a : kArchs)
+    for (const KernelKey& k : keys_of("kimi-k3", a)) REQUIRE(k.arch == a);
+}
+
+TEST_CASE("kernel key: every preset key round-trips through its name and JSON", "[kernel_key]") {
+  size_t checked = 0;
+  for (std::string_view preset : preset_names())
+    for (Arch arch : kArchs) {
+      const auto keys = keys_of(preset, arch);
+      std::set<KernelKey> unique(keys.begin(), keys.end());
+      CHECK(unique.size() == keys.size());  // no duplicates within a preset
+      for (const KernelKey& k : keys) {
+        INFO(key_name(k));
+        REQUIRE(validate(k).ok());
+        const std::string name = key_name(k);
+        auto back = parse_key(name);
+        REQUIRE(back.ok());
+        REQUIRE(*back == k);
+        REQUIRE(key_name(*back) == name);
+        // JSON: in memory and through text.
+        const nlohmann::json j = key_to_json(k);
+        auto from_j = key_from_json(nlohmann::json::parse(j.dump()));
+        REQUIRE(from_j.ok());
+        REQUIRE(*from_j == k);
+        REQUIRE(key_to_json(*from_j) == j);
+        REQUIRE(KernelKeyHash{}(*back) == KernelKeyHash{}(k));
+        ++checked;
+      }
+    }
+  CHECK(checked == (64 + 64 + 720) * 5);
+}
+
+TEST_CASE("kernel key: digests are stable and distinct", "[kernel_key]") {
+  // Known answers: FIPS 180-2 "abc", and a key name hashed with coreutils sha256sum.
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  auto k = parse_key("kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90");
+  REQUIRE(k.ok());
+  CHECK(key_digest(*k) == "bf71df38e724e068afd2346707abb34ce7fdc2ad079f2323071525f5ebe75055");
+  auto k2 = parse_key("kda_packed.h16.state_bf16.conv_ds.t4.gate_bounded.route_rowcta.sm_90a");
+  REQUIRE(k2.ok());
+  CHECK(key_digest(*k2) == "fe876dc59a6549f3f0cff8a841cbb55509dc007c48f57c497120e6e66f1c917a");
+
+  std::unordered_set<std::string> digests;
+  size_t n = 0;
+  for (Arch arch : kArchs)
+    for (const KernelKey& key : keys_of("full", arch)) {
+      const std::string d = key_digest(key);
+      REQUIRE(d.size() == 64);
+      REQUIRE(d.find_first_not_of("0123456789abcdef") == std::string::npos);
+      REQUIRE(d == key_digest(key));                  // recomputed
+      REQUIRE(d == sha256_hex(key_name(key)));        // the digest of the canonical name
+      digests.insert(d);
+      ++n;
+    }
+  CHECK(digests.size() == n);  // every key differs
+  // Keys that differ in one field differ in digest.
+  KernelKey a{}, b{};
+  b.arch = Arch::sm_90a;
+  CHECK(key_digest(a) != key_digest(b));
+}
+
+TEST_CASE("kernel key: validation errors name the field and the allowed values", "[kernel_key]") {
+  KernelKey k{};
+  k.heads = 0;
+  std::string m = error_of(validate(k));
+  CHECK(contains(m, "'heads'"));
+  CHECK(contains(m, "1..128"));
+  CHECK(contains(m, "got 0"));
+  k.heads = 129;
+  m = error_of(validate(k));
+  CHECK(contains(m, "'heads'"));
+  CHECK(contains(m, "got 129"));
+
+  k = {};
+  k.tokens = 2;  // single with T > 1
+  m = error_of(validate(k));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "expected 1 for op single"));
+
+  k = {};
+  k.op = Op::packed;
+  k.tokens = 17;
+  m = error_of(validate(k));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "1..16"));
+  CHECK(contains(m, "got 17"));
+
+  m = error_of(parse_key("kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_89"));
+  CHECK(contains(m, "'arch'"));
+  CHECK(contains(m, "sm_90|sm_90a|sm_100a|sm_103a|sm_120a"));
+  CHECK(contains(m, "'sm_89'"));
+  m = error_of(parse_arch("hopper"));
+  CHECK(contains(m, "'arch'"));
+
+  m = error_of(parse_key("kda_single.h64.state_f16.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'state'"));
+  CHECK(contains(m, "f32|bf16"));
+  m = error_of(parse_key("kda_packed.h64.state_f32.conv_sd.t1.gate_sigmoid.route_rowcta.sm_90"));
+  CHECK(contains(m, "'gate'"));
+  CHECK(contains(m, "bounded|softplus"));
+  m = error_of(parse_key("kda_single.h64.state_f32.conv_sd.t3.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "expected 1 for op single"));
+  m = error_of(parse_key("kda_packed.h8.state_f32.conv_sd.t17.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "1..16"));
+}
+
+TEST_CASE("kernel key: bad name shapes are errors that show the expected shape", "[kernel_key]") {
+  for (const char* bad : {"", "kda_single.h64", "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90.extra"}) {
+    const std::string m = error_of(parse_key(bad));
+    INFO(bad << " -> " << m);
+    CHECK(contains(m, "expected 8 dot-separated fields"));
+    CHECK(contains(m, "kda_<single|packed>"));
+  }
+  std::string m = error_of(parse_key("kdb_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'op'"));
+  CHECK(contains(m, "'kda_'"));
+  m = error_of(parse_key("kda_single.heads64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'heads'"));
+  m = error_of(parse_key("kda_single.h64x.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'heads'"));
+  CHECK(contains(m, "'64x'"));
+  m = error_of(parse_key("kda_single.h64.conv_sd.state_f32.t1.gate_bounded.route_rowcta.sm_90"));  // fields swapped
+  CHECK(contains(m, "'state'"));
+  m = error_of(parse_key("kda_packed.h64.state_f32.conv_sd.t.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'t'"));
+  m = error_of(parse_key("kda_single.h64.state_f32.conv_xy.t1.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'conv'"));
+  CHECK(contains(m, "sd|ds"));
+  m = error_of(parse_key("kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_split.sm_90"));
+  CHECK(contains(m, "'route'"));
+  CHECK(contains(m, "rowcta"));
+}
+
+TEST_CASE("kernel key: strict JSON", "[kernel_key]") {
+  const nlohmann::json good = key_to_json(KernelKey{});
+  nlohmann::json j = good;
+  j["colour"] = "blue";
+  std::string m = error_of(key_from_json(j));
+  CHECK(contains(m, "unknown field 'colour'"));
+  CHECK(contains(m, "op, heads, state, conv, t, gate, route, arch"));
+
+  j = good;
+  j.erase("gate");
+  m = error_of(key_from_json(j));
+  CHECK(contains(m, "'gate'"));
+  CHECK(contains(m, "missing"));
+
+  j = good;
+  j["heads"] = "64";
+  m = error_of(key_from_json(j));
+  CHECK(contains(m, "'heads'"));
+  CHECK(contains(m, "1..128"));
+  j["heads"] = 129;
+  CHECK(contains(error_of(key_from_json(j)), "got 129"));
+  j["heads"] = 1.5;
+  CHECK(contains(error_of(key_from_json(j)), "'heads'"));
+
+  j = good;
+  j["arch"] = "sm_89";
+  m = error_of(key_from_json(j));
+  CHECK(contains(m, "'arch'"));
+  CHECK(contains(m, "sm_90|sm_90a"));
+
+  j = good;
+  j["state"] = 1;
+  CHECK(contains(error_of(key_from_json(j)), "'state': expected a string"));
+
+  j = good;
+  j["t"] = 4;  // single with T = 4
+  CHECK(contains(error_of(key_from_json(j)), "expected 1 for op single"));
+
+  CHECK(contains(error_of(key_from_json(nlohmann::json::array())), "expected a JSON object"));
+}
+
+TEST_CASE("kernel key: unknown preset lists the presets", "[kernel_key]") {
+  const std::string m = error_of(preset_keys("llama", Arch::sm_90));
+  CHECK(contains(m, "preset"));
+  CHECK(contains(m, "glm-5.3-flash|kimi-k3|full"));
+  CHECK(contains(m, "'llama'"));
+}
+
+}  // namespace

@@ -1,0 +1,324 @@
+// GPU tests on the device: every specialization against the f64 reference
+// (spec section 8), plus graph capture, determinism, layouts and slot rules.
+// One test case per kernel key, named by the key.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "dynamic_tests.hpp"
+#include "gpu_harness.hpp"
+#include "kdajit/kernel_key.hpp"
+
+using namespace kdajit;
+using kdajit::ref::Problem;
+using kdajit::ref::ProblemSpec;
+using kdajit::ref::Tensor;
+using kdajit::test::DeviceProblem;
+
+namespace {
+
+Runtime& runtime() {
+  static std::unique_ptr<Runtime> rt = [] {
+    std::unique_ptr<Runtime> r;
+    Outcome o = Runtime::create(RuntimeOptions{}, &r);
+    if (!o) {
+      fmt::print(stderr, "kdajit runtime: {}\n", o.message);
+      std::abort();
+    }
+    return r;
+  }();
+  return *rt;
+}
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t st = nullptr;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    return st;
+  }();
+  return s;
+}
+
+Arch device_arch() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return Arch::sm_90;
+  auto a = arch_for_compute_capability(prop.major, prop.minor);
+  return a ? *a : Arch::sm_90;
+}
+
+Problem make(const ProblemSpec& spec) {
+  auto p = Problem::make(spec);
+  if (!p) FAIL("Problem::make: " << p.error().message);
+  return std::move(p).value();
+}
+
+// Runs `got` on the device (in place) and the reference on `expected`; checks.
+void run_and_compare(Problem& expected, Problem& got) {
+  REQUIRE(expected.run_reference().ok());
+  DeviceProblem dev(got);
+  Outcome o = test::run_op(runtime(), got.op(), dev.args(), stream());
+  INFO(o.message);
+  REQUIRE(o.ok());
+  dev.download(got);
+  auto rep = ref::compare(expected, got);
+  INFO(rep.summary());
+  INFO(rep.message);
+  REQUIRE(rep.pass);
+}
+
+void check_problem(const ProblemSpec& spec) {
+  Problem p = make(spec);
+  Problem expected = p, got = p;
+  run_and_compare(expected, got);
+}
+
+// Packed: window 1, then window 2 reading the checkpoints window 1 wrote on the
+// device (a' accepted in [1, L1]), checked against the reference from the same state.
+void check_chained(const ProblemSpec& spec) {
+  Problem p = make(spec);
+  Problem expected = p, got = p;
+  run_and_compare(expected, got);
+  // The second window starts from the device's state after window 1.
+  Problem second = got;
+  auto& acc = second.bytes(Tensor::num_accepted_tokens);
+  const auto* qsl = reinterpret_cast<const int32_t*>(second.bytes(Tensor::query_start_loc).data());
+  auto* a = reinterpret_cast<int32_t*>(acc.data());
+  for (int64_t n = 0; n < second.num_seqs(); ++n) {
+    const int32_t len = qsl[n + 1] - qsl[n];
+    a[n] = len >= 1 ? 1 + static_cast<int32_t>((n * 7 + 3) % len) : 1;
+  }
+  second.poison_outputs();  // also snapshots the before-state
+  Problem expected2 = second, got2 = second;
+  run_and_compare(expected2, got2);
+}
+
+ProblemSpec spec_for(const KernelKey& key, uint64_t seed) { return ref::default_spec(key, seed); }
+
+void check_key(const KernelKey& key, int index) {
+  const uint64_t seed = 1000 + static_cast<uint64_t>(index) * 17;
+  const float eps = index % 2 ? 1e-6f : 1e-5f;
+  if (key.op == Op::single) {
+    static constexpr int kRows[] = {1, 3, 33, 257};
+    for (int rows : {kRows[index % 4], 33}) {
+      ProblemSpec s = spec_for(key, seed + rows);
+      s.rows = rows;
+      s.null_rows = rows >= 3 ? 1 : 0;
+      s.oob_rows = rows >= 3 ? 1 : 0;
+      s.norm_eps = eps;
+      DYNAMIC_SECTION("rows " << rows) { check_problem(s); }
+    }
+  } else {
+    // Every accepted count 1..T, ragged and empty sequences, rows beyond qsl[N].
+    ProblemSpec s = spec_for(key, seed);
+    const int T = key.tokens;
+    s.seq_lens.clear();
+    s.num_accepted.clear();
+    for (int n = 0; n < T + 3; ++n) {
+      s.seq_lens.push_back(n == 1 ? 0 : (n % 3 == 2 ? std::max(1, T - 1) : T));
+      s.num_accepted.push_back(1 + n % T);
+    }
+    s.extra_rows = 2;
+    s.norm_eps = eps;
+    check_chained(s);
+  }
+}
+
+std::vector<KernelKey> test_keys() {
+  const Arch arch = device_arch();
+  std::vector<KernelKey> keys;
+  std::set<KernelKey> seen;
+  auto add = [&](const KernelKey& k) {
+    if (seen.insert(k).second) keys.push_back(k);
+  };
+  for (auto preset : {"glm-5.3-flash", "kimi-k3"}) {
+    auto preset_list = preset_keys(preset, arch);
+    if (!preset_list) std::abort();
+    for (const auto& k : *preset_list) add(k);
+  }
+  // Odd head counts, both gates, both ops, dtypes and layouts alternating.
+  int i = 0;
+  for (int h : {1, 5, 40, 128})
+    for (auto op : {Op::single, Op::packed})
+      for (auto g : {Gate::bounded, Gate::softplus}) {
+        ++i;
+        add({op, h, i % 2 ? StateDtype::bf16 : StateDtype::f32, (i / 2) % 2 ? ConvLayout::ds : ConvLayout::sd,
+             op == Op::single ? 1 : 3, g, Route::rowcta, arch});
+      }
+  // Packed T 1..8 beyond the presets' 2..4.
+  for (int t : {1, 5, 6, 7, 8}) {
+    ++i;
+    add({Op::packed, 16, i % 2 ? StateDtype::bf16 : StateDtype::f32, i % 3 ? ConvLayout::ds : ConvLayout::sd, t,
+         t % 2 ? Gate::softplus : Gate::bounded, Route::rowcta, arch});
+  }
+  // Softplus on a preset shape, both dtypes.
+  for (auto st : {StateDtype::f32, StateDtype::bf16})
+    add({Op::single, 64, st, ConvLayout::sd, 1, Gate::softplus, Route::rowcta, arch});
+  return keys;
+}
+
+const bool registered = [] {
+  int index = 0;
+  for (const auto& key : test_keys()) {
+    const int i = index++;
+    test::register_test(key_name(key), "[gpu][key]", [key, i] { check_key(key, i); });
+  }
+  return true;
+}();
+
+KernelKey key_of(Op op, int h, StateDtype st, ConvLayout cv, int t, Gate g = Gate::bounded) {
+  return {op, h, st, cv, t, g, Route::rowcta, device_arch()};
+}
+
+}  // namespace
+
+TEST_CASE("repeated_positive applies rows in row order", "[gpu]") {
+  for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+    ProblemSpec s = ref::default_spec(key_of(Op::single, 8, st, ConvLayout::ds, 1), 77 + static_cast<int>(st));
+    s.rows = 12;
+    s.null_rows = 1;
+    s.oob_rows = 1;
+    s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+    DYNAMIC_SECTION("state " << to_string(st)) { check_problem(s); }
+  }
+}
+
+TEST_CASE("out-of-range slots are counted in the diagnostics counter", "[gpu]") {
+  ProblemSpec s = ref::default_spec(key_of(Op::single, 4, StateDtype::f32, ConvLayout::sd, 1), 5);
+  s.rows = 9;
+  s.null_rows = 2;
+  s.oob_rows = 3;
+  Problem p = make(s);
+  Problem expected = p, got = p;
+  REQUIRE(expected.run_reference().ok());
+  DeviceProblem dev(got);
+  int32_t* counter = nullptr;
+  KDAJIT_CUDA_CHECK(cudaMalloc(&counter, sizeof(int32_t)));
+  KDAJIT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int32_t)));
+  dev.args().oob_counter = counter;
+  REQUIRE(test::run_op(runtime(), got.op(), dev.args(), stream()).ok());
+  dev.download(got);
+  int32_t count = -1;
+  KDAJIT_CUDA_CHECK(cudaMemcpy(&count, counter, sizeof(int32_t), cudaMemcpyDeviceToHost));
+  cudaFree(counter);
+  CHECK(count == 3);
+  auto rep = ref::compare(expected, got);
+  INFO(rep.message);
+  CHECK(rep.pass);
+}
+
+// Captured once, replayed with other slots, query_start_loc and accepted counts
+// (the same shapes): metadata must be read on the device at replay time.
+TEST_CASE("CUDA graph capture, then replay with changed metadata", "[gpu]") {
+  for (auto op : {Op::single, Op::packed}) {
+    const KernelKey key = key_of(op, 16, StateDtype::bf16, ConvLayout::sd, op == Op::single ? 1 : 4);
+    ProblemSpec s = ref::default_spec(key, 4242);
+    if (op == Op::single) s.rows = 20;
+    Problem a = make(s);
+    s.seed = 4343;  // new data, new slot permutation, new accepted counts, same shapes
+    if (op == Op::packed) {
+      std::rotate(s.seq_lens.begin(), s.seq_lens.begin() + 1, s.seq_lens.end());  // other qsl, same R
+    }
+    Problem b = make(s);
+    REQUIRE(a.rows() == b.rows());
+
+    DeviceProblem dev(a);
+    // Warm: load the kernel outside the capture.
+    REQUIRE(test::run_op(runtime(), a.op(), dev.args(), stream()).ok());
+    KDAJIT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    dev.upload(a);
+
+    cudaGraph_t graph = nullptr;
+    KDAJIT_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal));
+    Outcome o = test::run_op(runtime(), a.op(), dev.args(), stream());
+    KDAJIT_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+    INFO(o.message);
+    REQUIRE(o.ok());
+    cudaGraphExec_t exec = nullptr;
+    KDAJIT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    for (Problem* p : {&a, &b}) {
+      DYNAMIC_SECTION(to_string(op) << (p == &a ? " replay of the captured batch" : " replay with another batch")) {
+        Problem expected = *p, got = *p;
+        REQUIRE(expected.run_reference().ok());
+        dev.upload(got);
+        KDAJIT_CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+        dev.download(got);
+        auto rep = ref::compare(expected, got);
+        INFO(rep.summary());
+        INFO(rep.message);
+        CHECK(rep.pass);
+      }
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+TEST_CASE("a compile needed during capture fails fast and leaves the capture intact", "[gpu]") {
+  // A runtime on an empty cache: nothing is cached, so nothing may be built.
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("kdajit-capture-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<Runtime> rt;
+  RuntimeOptions opts;
+  opts.cache_dir = dir.string();
+  REQUIRE(Runtime::create(opts, &rt).ok());
+  ProblemSpec s = ref::default_spec(key_of(Op::single, 3, StateDtype::f32, ConvLayout::sd, 1, Gate::softplus), 9);
+  Problem p = make(s);
+  DeviceProblem dev(p);
+  cudaGraph_t graph = nullptr;
+  KDAJIT_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeGlobal));
+  Outcome o = test::run_op(*rt, p.op(), dev.args(), stream());
+  KDAJIT_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  cudaGraphDestroy(graph);
+  CHECK(o.code == KDAJIT_ERROR_CAPTURE);
+  CHECK(o.message.find("pre-warm") != std::string::npos);
+  CHECK(o.message.find("kda_single.h3.") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bitwise deterministic over 5 runs", "[gpu]") {
+  for (auto op : {Op::single, Op::packed})
+    for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+      DYNAMIC_SECTION(to_string(op) << " " << to_string(st)) {
+        ProblemSpec s = ref::default_spec(key_of(op, 32, st, ConvLayout::ds, op == Op::single ? 1 : 3), 31);
+        if (op == Op::single) s.rows = 40;
+        Problem p = make(s);
+        DeviceProblem dev(p);
+        Problem first = p;
+        for (int run = 0; run < 5; ++run) {
+          Problem got = p;
+          dev.upload(p);
+          REQUIRE(test::run_op(runtime(), p.op(), dev.args(), stream()).ok());
+          dev.download(got);
+          if (run == 0) first = got;
+          else CHECK(ref::bitwise_equal(first, got));
+        }
+      }
+    }
+}
+
+TEST_CASE("sd and ds give bit-identical outputs and states", "[gpu]") {
+  for (auto op : {Op::single, Op::packed})
+    for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+      DYNAMIC_SECTION(to_string(op) << " " << to_string(st)) {
+        std::vector<Problem> results;
+        for (auto cv : {ConvLayout::sd, ConvLayout::ds}) {
+          ProblemSpec s = ref::default_spec(key_of(op, 24, st, cv, op == Op::single ? 1 : 4), 555);
+          if (op == Op::single) s.rows = 33;
+          Problem p = make(s);
+          DeviceProblem dev(p);
+          REQUIRE(test::run_op(runtime(), p.op(), dev.args(), stream()).ok());
+          dev.download(p);
+          results.push_back(std::move(p));
+        }
+        // Values are drawn per logical index, so both problems hold the same numbers.
+        CHECK(results[0].bytes(Tensor::output) == results[1].bytes(Tensor::output));
+        CHECK(results[0].bytes(Tensor::state) == results[1].bytes(Tensor::state));
+      }
+    }
+}
