@@ -24,5 +24,6 @@ for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
 cat "$OUT"/gpu_shard_*.log > "$OUT/gpu.log"
 rm -f "$OUT"/gpu_shard_*.log
 echo "gpu tests: $(( $(date +%s) - t1 )) s, rc=$rc"
+if [ $rc != 0 ]; then grep -E -A14 "FAILED|REQUIRE|CHECK\(" "$OUT/gpu.log" | head -120; fi
 grep -E "^(test cases|All tests passed)" "$OUT/gpu.log"
 exit $rc
