@@ -60,6 +60,10 @@ std::vector<std::string> canonical_options(const KernelKey& key) {
       "--fmad=true",
       "-lineinfo",
       "--ptxas-options=-v",
+      // NVRTC 12.9+ also caches in the driver's compute cache when a driver is
+      // present; kdajit has its own cache, and a cached NVRTC result has no
+      // ptxas report, so the register/spill check would go blind.
+      "--no-cache",
   };
 }
 

@@ -180,8 +180,8 @@ TEST_CASE("repeated_positive applies rows in row order", "[gpu]") {
   for (auto st : {StateDtype::f32, StateDtype::bf16}) {
     ProblemSpec s = ref::default_spec(key_of(Op::single, 8, st, ConvLayout::ds, 1), 77 + static_cast<int>(st));
     s.rows = 12;
-    s.null_rows = 1;
-    s.oob_rows = 1;
+    s.null_rows = 0;  // the mode promises positive slots
+    s.oob_rows = 0;
     s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
     DYNAMIC_SECTION("state " << to_string(st)) { check_problem(s); }
   }
