@@ -1,34 +1,54 @@
-// TEMPORARY until cache/ lands: compiles directly, memory only.
-#include <map>
-#include <mutex>
+#include "kdajit/runtime/cache_bridge.hpp"
 
 #include <fmt/format.h>
 
 #include "kdajit/generator.hpp"
-#include "kdajit/log.hpp"
-#include "kdajit/runtime/compiler.hpp"
 #include "kdajit/runtime/kernels.hpp"
 
 namespace kdajit {
 
-class KernelCache {};
+CacheBuild to_cache_build(const BuildInputs& in, CompiledKernel ck) {
+  const RouteConfig route = route_config(in.key);
+  CacheBuild b;
+  b.source = in.source;
+  b.cubin = std::move(ck.cubin);
+  b.options = in.options;
+  b.nvrtc_version = in.nvrtc_version;
+  b.meta = {{"entry", route.entry},
+            {"threads", route.threads},
+            {"registers", ck.resources.registers},
+            {"spill_bytes", ck.resources.spill_bytes},
+            {"stack_bytes", ck.resources.stack_bytes},
+            {"smem_bytes", ck.resources.smem_bytes},
+            {"compile_ms", ck.compile_ms},
+            {"nvrtc_log", std::move(ck.log)}};
+  return b;
+}
 
-Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string&) { return std::make_shared<KernelCache>(); }
+BuildFn build_fn_for(const BuildInputs& in) {
+  return [&in]() -> Result<CacheBuild> {
+    KDAJIT_TRY_ASSIGN(CompiledKernel ck, compile(in));
+    return to_cache_build(in, std::move(ck));
+  };
+}
 
-Result<CubinRef> obtain_cubin(KernelCache*, const KernelKey& key, bool allow_build) {
-  static std::mutex mu;
-  static std::map<KernelKey, std::shared_ptr<const std::string>> mem;
-  std::lock_guard lock(mu);
-  auto it = mem.find(key);
-  if (it != mem.end()) return CubinRef{it->second, route_config(key).entry};
-  if (!allow_build)
-    return Error(ErrorCode::capture, fmt::format("kernel {} is not cached and the stream is capturing: pre-warm {}", key_name(key), key_name(key)));
+std::string input_hash(const BuildInputs& in) {
+  return current_build_hash(in.source, in.options, in.key.arch, in.nvrtc_version);
+}
+
+Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string& root) {
+  CacheOptions opts;
+  opts.root = root;
+  return std::make_shared<KernelCache>(opts);
+}
+
+Result<CubinRef> obtain_cubin(KernelCache* cache, const KernelKey& key, bool allow_build) {
+  // Generation is cheap (string assembly); it runs once per key and context.
   KDAJIT_TRY_ASSIGN(BuildInputs in, make_build_inputs(key));
-  KDAJIT_TRY_ASSIGN(CompiledKernel ck, compile(in));
-  log_info("compiled {} in {:.0f} ms ({} registers, {} bytes spilled)", key_name(key), ck.compile_ms, ck.resources.registers, ck.resources.spill_bytes);
-  auto cubin = std::make_shared<const std::string>(std::move(ck.cubin));
-  mem.emplace(key, cubin);
-  return CubinRef{cubin, route_config(key).entry};
+  KDAJIT_TRY_ASSIGN(std::shared_ptr<const CacheEntry> entry,
+                    cache->get_or_build(key, input_hash(in), build_fn_for(in), allow_build));
+  // The entry is immutable and shared; alias its cubin without a copy.
+  return CubinRef{std::shared_ptr<const std::string>(entry, &entry->cubin), route_config(key).entry};
 }
 
 }  // namespace kdajit

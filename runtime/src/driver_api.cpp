@@ -45,7 +45,9 @@ Loaded load() {
                   bind(lib, a.cuFuncGetAttribute, "cuFuncGetAttribute") &&
                   bind(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx") &&
                   bind(lib, a.cuStreamIsCapturing, "cuStreamIsCapturing") &&
-                  bind(lib, a.cuStreamGetCtx, "cuStreamGetCtx");
+                  bind(lib, a.cuStreamGetCtx, "cuStreamGetCtx") && bind(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
+                  bind(lib, a.cuMemFree, "cuMemFree_v2") && bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+                  bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize");
   if (!ok) {
     out.error = Error(ErrorCode::cuda, "CUDA driver: libcuda.so.1 lacks a required entry point (driver older than CUDA 12?)");
     return out;

@@ -33,6 +33,12 @@ struct DriverApi {
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
   CUresult (*cuStreamGetCtx)(CUstream, CUcontext*);
+  // Memory, for tools (selfcheck, verify --load); never on the launch path.
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuCtxSynchronize)();
 };
 
 // The loaded driver (cuInit done), or an error saying why there is none.
