@@ -37,16 +37,19 @@ std::string input_hash(const BuildInputs& in) {
 }
 
 Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string& root) {
+  KDAJIT_TRY_ASSIGN(Environment env, read_environment());
   CacheOptions opts;
   opts.root = root;
-  return std::make_shared<KernelCache>(opts);
+  return std::make_shared<KernelCache>(opts, env);
 }
 
 Result<CubinRef> obtain_cubin(KernelCache* cache, const KernelKey& key, bool allow_build) {
-  // Generation is cheap (string assembly); it runs once per key and context.
-  KDAJIT_TRY_ASSIGN(BuildInputs in, make_build_inputs(key));
-  KDAJIT_TRY_ASSIGN(std::shared_ptr<const CacheEntry> entry,
-                    cache->get_or_build(key, input_hash(in), build_fn_for(in), allow_build));
+  // Another context of this process may have it already: no source generation then.
+  std::shared_ptr<const CacheEntry> entry = cache->find_loaded(key);
+  if (!entry) {
+    KDAJIT_TRY_ASSIGN(BuildInputs in, make_build_inputs(key));
+    KDAJIT_TRY_ASSIGN(entry, cache->get_or_build(key, input_hash(in), build_fn_for(in), allow_build));
+  }
   // The entry is immutable and shared; alias its cubin without a copy.
   return CubinRef{std::shared_ptr<const std::string>(entry, &entry->cubin), route_config(key).entry};
 }

@@ -1,0 +1,196 @@
+// The kernel cache: an on-disk store of compiled kernels shared by every process
+// on a host (or a fleet, on a network file system), and the in-memory map of one
+// process. See docs/CACHE.md and /design/jit-cache.md for the guarantees.
+//
+// The cache knows nothing about NVRTC or the driver: the caller hands it the
+// hash of the build inputs and a BuildFn that compiles on a miss.
+//
+//   auto inputs = make_build_inputs(key);                 // runtime
+//   auto hash = current_build_hash(inputs->source, inputs->options,
+//                                  key.arch, inputs->nvrtc_version);
+//   auto entry = cache.get_or_build(key, hash, build_fn_for(*inputs), !capturing);
+//   entry->cubin ...
+//
+// On-disk layout under the root:
+//   <arch>/<key name>.<hash[0:16]>/{kernel.cu, kernel.cubin, meta.json, last_used}
+//   tmp/<key name>.<hash[0:16]>.<random>/   an entry being written (swept by age)
+//   locks/<key name>.<hash[0:16]>.lock      per-key flock() files
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kdajit/env.hpp"
+#include "kdajit/error.hpp"
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit {
+
+// Bumped whenever the entry layout or the hash definition changes; part of the hash.
+inline constexpr int kCacheSchemaVersion = 1;
+
+// The library version compiled into the cache (KDAJIT_VERSION_STRING); part of the hash.
+std::string_view cache_library_version();
+
+// SHA-256 (lowercase hex) over every build input, each length-prefixed so that no
+// two different input sets serialize to the same bytes.
+std::string build_hash(int schema_version, std::string_view library_version, std::string_view source,
+                       const std::vector<std::string>& options, Arch arch, std::string_view nvrtc_version);
+
+// build_hash() with this build's schema and library version.
+std::string current_build_hash(std::string_view source, const std::vector<std::string>& options, Arch arch,
+                               std::string_view nvrtc_version);
+
+// What one build produced. All of it is stored in the entry.
+struct CacheBuild {
+  std::string source;                // kernel.cu: the exact compiled source
+  std::string cubin;                 // kernel.cubin
+  std::vector<std::string> options;  // canonical NVRTC options (a hash input)
+  std::string nvrtc_version;         // a hash input
+  // Free-form metadata, a JSON object. The cache reads these fields when present:
+  //   "registers" (int), "spill_bytes" (int), "smem_bytes" (int), "stack_bytes" (int),
+  //   "compile_ms" (number; measured around the BuildFn when absent), "entry" (kernel name).
+  // Fields the cache writes itself (overwriting the build's): schema, library_version,
+  // key, key_name, arch, hash, options, nvrtc_version, created, cubin_sha256,
+  // cubin_bytes, source_sha256.
+  nlohmann::json meta = nlohmann::json::object();
+};
+
+// Compiles one kernel. Called at most once per key per process at a time, and (with a
+// writable root) by at most one process at a time.
+using BuildFn = std::function<Result<CacheBuild>()>;
+
+// One loaded entry. Immutable once returned; shared by every caller.
+struct CacheEntry {
+  KernelKey key;
+  std::string name;  // key_name(key)
+  std::string hash;  // full build hash
+  std::string dir;   // entry directory; empty when the entry lives only in memory
+  std::string source;
+  std::string cubin;
+  nlohmann::json meta;
+};
+
+struct CacheOptions {
+  std::string root;                    // empty: KDAJIT_CACHE_DIR / XDG / HOME (env.hpp)
+  std::optional<uint64_t> max_bytes;   // unset: KDAJIT_CACHE_MAX_BYTES; none there: no cap
+  std::optional<bool> disable_jit;     // unset: KDAJIT_DISABLE_JIT
+  bool create_root = true;             // false: a missing root is an empty cache (ls, verify)
+  // Staging dirs under tmp/ older than this are leftovers of crashed writers and are
+  // removed when the cache opens (a dir whose key lock is held is always kept).
+  std::chrono::seconds tmp_max_age = std::chrono::hours(1);
+  // How long to wait for another process's build of the same key. A dead holder's
+  // lock is released by the OS at once; this bounds a live holder that is stuck.
+  // After it, one warning and this process builds the key itself.
+  std::chrono::seconds lock_patience = std::chrono::minutes(10);
+};
+
+enum class CacheMode {
+  read_write,   // entries are read and published
+  read_only,    // the root is readable but not writable: hits from disk, new kernels in memory
+  memory_only,  // no usable root (unset, a regular file, not creatable): memory only
+};
+std::string_view to_string(CacheMode m);
+
+// Where get_or_build's entry came from.
+enum class CacheSource { memory, disk, built };
+
+struct CacheLookup {
+  std::shared_ptr<const CacheEntry> entry;
+  CacheSource source = CacheSource::memory;
+};
+
+// One entry directory as found on disk (ls, verify, prune).
+struct CacheEntryInfo {
+  std::string dir;
+  std::string dir_name;                 // <key name>.<hash[0:16]>
+  std::optional<KernelKey> key;         // parsed from the directory name
+  uint64_t bytes = 0;                   // sum of the entry's file sizes
+  int64_t last_used_ns = 0;             // unix ns; created time (or mtime) when never stamped
+  std::optional<nlohmann::json> meta;   // absent when meta.json is missing or unparsable
+};
+
+struct CacheVerifyResult {
+  bool ok = false;
+  bool stale = false;   // valid, but built by another schema or library version: never hit
+  std::string reason;   // why not ok
+};
+
+struct CachePruneResult {
+  size_t removed = 0;
+  uint64_t bytes_before = 0;
+  uint64_t bytes_after = 0;
+};
+
+// Thread-safe. Never fails to open: a root it cannot use degrades to read_only or
+// memory_only mode with one warning.
+class KernelCache {
+ public:
+  // Reads the environment for the defaults (a malformed variable: one warning, and the
+  // defaults of env.hpp for that reading).
+  explicit KernelCache(CacheOptions options = {});
+  // Uses `env` for the defaults (the runtime reads the environment once).
+  KernelCache(CacheOptions options, const Environment& env);
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
+
+  // The entry for `key` whose build inputs hash to `entry_hash` (current_build_hash()).
+  // Order: memory, then disk (verified: a missing file, checksum mismatch, unparsable
+  // meta.json or one naming another key or hash is a miss, with one warning, and the
+  // entry is rebuilt and replaced), then `build`. Concurrent calls for one key share one
+  // build; across processes a per-key flock() serializes builds, with a re-check after
+  // acquiring it. After a build: one log line `compiled <name> in <ms> ms (...)`,
+  // an atomic publish, and LRU eviction down to max_bytes.
+  // Errors on a miss:
+  //   allow_build == false (e.g. while a CUDA graph is captured), or another thread
+  //     is compiling this key: Error{capture} "... pre-warm this key".
+  //   KDAJIT_DISABLE_JIT=1: Error{jit_disabled} naming the key.
+  //   The build's own error (e.g. compile_failed), unchanged.
+  // A failure to write the entry (full disk, ...) is not an error: the entry is served
+  // from memory, one warning is logged, and the cache stops publishing (read_only).
+  Result<std::shared_ptr<const CacheEntry>> get_or_build(const KernelKey& key, std::string_view entry_hash,
+                                                         const BuildFn& build, bool allow_build = true);
+  // get_or_build() that also says where the entry came from (prewarm's summary).
+  Result<CacheLookup> lookup(const KernelKey& key, std::string_view entry_hash, const BuildFn& build,
+                             bool allow_build = true);
+
+  // The entry this process already holds for `key` (any hash), or null. No I/O.
+  std::shared_ptr<const CacheEntry> find_loaded(const KernelKey& key) const;
+
+  const std::string& root() const;
+  CacheMode mode() const;
+  bool disable_jit() const;
+  std::optional<uint64_t> max_bytes() const;
+  // <root>/<arch>/<name>.<hash[0:16]> (where the entry would live).
+  std::string entry_dir(const KernelKey& key, std::string_view entry_hash) const;
+
+  // Maintenance (the CLI). All are safe while other processes use the cache: entries
+  // disappear with one rename, so a reader sees a whole entry or none.
+  std::vector<CacheEntryInfo> list_entries() const;
+  // Directories and files in <root>/<arch>/ that are not entries (reported, never touched).
+  std::vector<std::string> foreign_paths() const;
+  // Re-reads every file and re-hashes the build inputs stored in the entry.
+  CacheVerifyResult verify_entry(const CacheEntryInfo& info) const;
+  Status remove_entry(const CacheEntryInfo& info);
+  // Removes least recently used entries until the total is at most max_bytes.
+  CachePruneResult prune(uint64_t max_bytes);
+  // Removes every entry, staging dir and lock file; foreign files are left alone.
+  Result<CachePruneResult> clear();
+  // Removes staging dirs older than max_age whose key lock is free; returns how many.
+  size_t sweep_tmp(std::chrono::seconds max_age);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kdajit

@@ -1,0 +1,177 @@
+// Helpers of the cache tests: scratch roots, stderr capture, forked children and
+// a fake build that stands in for NVRTC.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kdajit/cache.hpp"
+
+namespace kdajit::test {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/kdajit-cache-test.XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) std::abort();
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    // Undo chmods of tests so removal works for non-root users too.
+    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  std::string path_;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline void write_text(const std::string& path, std::string_view text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+// Lines of `text` that start with `prefix`.
+inline int count_lines(const std::string& text, std::string_view prefix) {
+  int n = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) ++n;
+  return n;
+}
+
+// Redirects fd 2 into a file until finish(): the cache logs with write(2).
+class StderrCapture {
+ public:
+  StderrCapture() {
+    char templ[] = "/tmp/kdajit-stderr.XXXXXX";
+    fd_ = ::mkstemp(templ);
+    path_ = templ;
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    ::dup2(fd_, 2);
+  }
+  std::string finish() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+      ::close(fd_);
+      text_ = read_text(path_);
+      ::unlink(path_.c_str());
+    }
+    return text_;
+  }
+  ~StderrCapture() { finish(); }
+
+ private:
+  int fd_ = -1;
+  int saved_ = -1;
+  std::string path_;
+  std::string text_;
+};
+
+// Runs fn in a forked child that exits with fn's return value; returns the pid.
+inline pid_t spawn_child(const std::function<int()>& fn) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = fn();
+    } catch (...) {
+      code = 98;
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+// The child's exit code, or 128 + signal.
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+inline void redirect_stderr_to(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  ::dup2(fd, 2);
+  ::close(fd);
+}
+
+// A deterministic stand-in for NVRTC: source, options and "cubin" derived from the
+// key, so that its hash is stable and the checksum test has real bytes to flip.
+struct FakeBuild {
+  KernelKey key;
+  std::string source;
+  std::vector<std::string> options;
+  std::string nvrtc = "fake-13.0";
+  std::string cubin;
+  std::string hash;
+
+  explicit FakeBuild(const KernelKey& k, size_t cubin_bytes = 4096) : key(k) {
+    source = "// kdajit kernel " + key_name(k) + "\nextern \"C\" __global__ void kda() {}\n";
+    options = {"--gpu-architecture=" + std::string(to_string(k.arch)), "-default-device"};
+    for (size_t i = 0; cubin.size() < cubin_bytes; ++i) cubin += key_name(k)[i % key_name(k).size()];
+    hash = current_build_hash(source, options, k.arch, nvrtc);
+  }
+
+  // A BuildFn that counts its calls, optionally sleeping first.
+  BuildFn fn(std::atomic<int>* calls = nullptr, int delay_ms = 0) const {
+    return [this, calls, delay_ms]() -> Result<CacheBuild> {
+      if (calls) ++*calls;
+      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      CacheBuild b;
+      b.source = source;
+      b.cubin = cubin;
+      b.options = options;
+      b.nvrtc_version = nvrtc;
+      b.meta = {{"registers", 42}, {"spill_bytes", 0}, {"smem_bytes", 0}, {"stack_bytes", 0}, {"entry", "kda"}};
+      return b;
+    };
+  }
+};
+
+inline KernelKey key_h(int heads, int t = 2, Arch arch = Arch::sm_90) {
+  return KernelKey{Op::packed, heads, StateDtype::bf16, ConvLayout::ds, t, Gate::bounded, Route::rowcta, arch};
+}
+
+}  // namespace kdajit::test

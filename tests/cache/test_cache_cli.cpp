@@ -1,0 +1,306 @@
+// The cache verbs of the `kdajit` binary, with real NVRTC compiles (no GPU needed).
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cache_test_util.hpp"
+#include "catch.hpp"
+
+#ifndef KDAJIT_CLI
+#error "KDAJIT_CLI must name the kdajit binary"
+#endif
+
+using namespace kdajit;
+using namespace kdajit::test;
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+// Starts `kdajit args...` with a clean kdajit environment plus `env`; stdout and
+// stderr go to files under `dir` named by `tag`.
+pid_t start_cli(const std::vector<std::string>& args, const std::string& dir, const std::string& tag,
+                const std::map<std::string, std::string>& env = {}) {
+  std::string out = dir + "/" + tag + ".out", err = dir + "/" + tag + ".err";
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const char* v : {"KDAJIT_CACHE_DIR", "KDAJIT_DISABLE_JIT", "KDAJIT_CACHE_MAX_BYTES"}) ::unsetenv(v);
+    ::setenv("KDAJIT_LOG", "info", 1);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> argv;
+    std::string exe = KDAJIT_CLI;
+    argv.push_back(exe.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+Run finish_cli(pid_t pid, const std::string& dir, const std::string& tag) {
+  Run r;
+  r.code = wait_child(pid);
+  r.out = read_text(dir + "/" + tag + ".out");
+  r.err = read_text(dir + "/" + tag + ".err");
+  return r;
+}
+
+Run cli(const std::vector<std::string>& args, const std::string& dir, const std::map<std::string, std::string>& env = {}) {
+  static int n = 0;
+  std::string tag = fmt::format("run{}", n++);
+  return finish_cli(start_cli(args, dir, tag, env), dir, tag);
+}
+
+json parse_json(const Run& r) {
+  INFO(r.out << r.err);
+  auto j = json::parse(r.out, nullptr, false);
+  REQUIRE(!j.is_discarded());
+  return j;
+}
+
+std::string name_of(const char* state, int heads, int t) {
+  return fmt::format("kda_packed.h{}.state_{}.conv_ds.t{}.gate_bounded.route_rowcta.sm_90", heads, state, t);
+}
+
+}  // namespace
+
+TEST_CASE("8 kdajit prewarm processes on 16 keys compile each key exactly once", "[cli][race]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  // Sixteen keys written three ways: a pattern, plus a key name and a key object that
+  // repeat two of its keys (deduplicated).
+  write_text(scratch / "manifest.json", R"([
+    {"op": "packed", "heads": [16, 64], "state": ["f32", "bf16"], "conv": ["sd", "ds"], "t": [2, 3], "gate": "bounded"},
+    ")" + name_of("bf16", 16, 2) + R"(",
+    {"op": "packed", "heads": 64, "state": "f32", "conv": "ds", "t": 3, "gate": "bounded", "route": "rowcta", "arch": "sm_90"}
+  ])");
+  constexpr int kProcs = 8;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p)
+    pids.push_back(start_cli({"prewarm", "--cache-dir", root, "--manifest", scratch / "manifest.json", "--arch",
+                              "sm_90", "-j", "2", "--json"},
+                             scratch.path(), fmt::format("p{}", p)));
+  std::map<std::string, int> compiled_by_name;
+  int compiled_lines = 0;
+  size_t compiled_in_summaries = 0;
+  for (int p = 0; p < kProcs; ++p) {
+    Run r = finish_cli(pids[static_cast<size_t>(p)], scratch.path(), fmt::format("p{}", p));
+    INFO("process " << p << ":\n" << r.err);
+    CHECK(r.code == 0);
+    CHECK(count_lines(r.err, "kdajit: warning") == 0);
+    CHECK(count_lines(r.err, "kdajit: error") == 0);
+    std::istringstream in(r.err);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("kdajit: compiled ", 0) != 0) continue;
+      ++compiled_lines;
+      std::string name = line.substr(17, line.find(" in ") - 17);
+      ++compiled_by_name[name];
+    }
+    json s = parse_json(r);
+    CHECK(s["keys"] == 16);
+    CHECK(s["failed"] == 0);
+    CHECK(s["compiled"].get<size_t>() + s["cached"].get<size_t>() == 16);
+    compiled_in_summaries += s["compiled"].get<size_t>();
+  }
+  CHECK(compiled_lines == 16);
+  CHECK(compiled_in_summaries == 16);
+  CHECK(compiled_by_name.size() == 16);
+  for (const auto& [name, n] : compiled_by_name) {
+    INFO(name);
+    CHECK(n == 1);
+  }
+
+  Run v = cli({"verify", "--cache-dir", root, "--json"}, scratch.path());
+  CHECK(v.code == 0);
+  json vj = parse_json(v);
+  CHECK(vj["checked"] == 16);
+  CHECK(vj["ok"] == 16);
+  CHECK(vj["bad"].empty());
+  CHECK(fs::is_empty(root + "/tmp"));
+}
+
+TEST_CASE("prewarm, ls, verify, prune and clear on one root", "[cli][verbs]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  Run warm = cli({"prewarm", "--cache-dir", root, "--op", "packed", "--heads", "16", "--state", "f32,bf16", "--conv",
+                  "ds", "--t", "2", "--gate", "bounded", "--arch", "sm_90"},
+                 scratch.path());
+  INFO(warm.err);
+  REQUIRE(warm.code == 0);
+  CHECK(warm.out.find("2 keys: 2 compiled, 0 already cached, 0 failed") != std::string::npos);
+  CHECK(count_lines(warm.err, "kdajit: compiled ") == 2);
+  CHECK(count_lines(warm.err, "[") == 2);  // one progress line per key when not a terminal
+
+  Run again = cli({"prewarm", "--cache-dir", root, "--heads", "16", "--op", "packed", "--state", "bf16,f32", "--conv",
+                   "ds", "--t", "2", "--gate", "bounded", "--arch", "sm_90", "--strict"},
+                  scratch.path());
+  CHECK(again.code == 0);
+  CHECK(again.out.find("0 compiled, 2 already cached") != std::string::npos);
+  CHECK(count_lines(again.err, "kdajit:") == 0);
+
+  Run ls = cli({"ls", "--cache-dir", root, "--json"}, scratch.path());
+  json lj = parse_json(ls);
+  REQUIRE(lj["entries"].size() == 2);
+  std::set<std::string> names;
+  for (const auto& e : lj["entries"]) {
+    names.insert(e["name"].get<std::string>());
+    CHECK(e["registers"].get<int>() > 0);
+    CHECK(e["bytes"].get<uint64_t>() > 1000);
+  }
+  CHECK(names == std::set<std::string>{name_of("f32", 16, 2), name_of("bf16", 16, 2)});
+  Run table = cli({"ls", "--cache-dir", root}, scratch.path());
+  CHECK(table.out.find("LAST USED") != std::string::npos);
+  CHECK(table.out.find(name_of("f32", 16, 2)) != std::string::npos);
+
+  // A flipped byte: verify reports and removes it, and exits non-zero.
+  std::string bad_dir = lj["entries"][0]["dir"].get<std::string>();
+  auto cubin = read_text(bad_dir + "/kernel.cubin");
+  cubin[cubin.size() / 2] ^= 0x10;
+  write_text(bad_dir + "/kernel.cubin", cubin);
+  Run v = cli({"verify", "--cache-dir", root, "--json"}, scratch.path());
+  CHECK(v.code != 0);
+  json vj = parse_json(v);
+  CHECK(vj["ok"] == 1);
+  REQUIRE(vj["bad"].size() == 1);
+  CHECK(vj["bad"][0]["dir"] == bad_dir);
+  CHECK(vj["bad"][0]["removed"] == true);
+  CHECK(!fs::exists(bad_dir));
+  CHECK(cli({"verify", "--cache-dir", root}, scratch.path()).code == 0);
+
+  // Prune to zero bytes removes the remaining entry; clear leaves foreign files.
+  Run pr = cli({"prune", "--cache-dir", root, "--max-bytes", "0", "--json"}, scratch.path());
+  CHECK(pr.code == 0);
+  CHECK(parse_json(pr)["removed"] == 1);
+  write_text(root + "/NOTES.txt", "mine");
+  CHECK(cli({"prewarm", "--cache-dir", root, "--heads", "8", "--op", "single", "--state", "f32", "--conv", "sd",
+             "--gate", "bounded", "--arch", "sm_90"},
+            scratch.path())
+            .code == 0);
+  Run cl = cli({"clear", "--cache-dir", root, "--json"}, scratch.path());
+  CHECK(cl.code == 0);
+  CHECK(parse_json(cl)["removed"] == 1);
+  CHECK(parse_json(cli({"ls", "--cache-dir", root, "--json"}, scratch.path()))["entries"].empty());
+  CHECK(read_text(root + "/NOTES.txt") == "mine");
+  // The environment names the root when --cache-dir is absent.
+  Run env_ls = cli({"ls", "--json"}, scratch.path(), {{"KDAJIT_CACHE_DIR", root}});
+  CHECK(parse_json(env_ls)["root"] == root);
+}
+
+TEST_CASE("KDAJIT_DISABLE_JIT: silent after prewarm, an error naming a missing key", "[cli][environment]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  std::vector<std::string> keys = {"prewarm", "--cache-dir", root, "--op", "packed", "--heads", "32", "--state",
+                                   "bf16", "--conv", "ds", "--t", "3", "--gate", "bounded", "--arch", "sm_90", "--strict"};
+  REQUIRE(cli(keys, scratch.path()).code == 0);
+  Run warm = cli(keys, scratch.path(), {{"KDAJIT_DISABLE_JIT", "1"}});
+  CHECK(warm.code == 0);
+  CHECK(count_lines(warm.err, "kdajit:") == 0);
+
+  Run miss = cli({"prewarm", "--cache-dir", root, "--op", "packed", "--heads", "32", "--state", "bf16", "--conv", "ds",
+                  "--t", "4", "--gate", "bounded", "--arch", "sm_90", "--strict"},
+                 scratch.path(), {{"KDAJIT_DISABLE_JIT", "1"}});
+  CHECK(miss.code != 0);
+  CHECK(miss.err.find("KDAJIT_DISABLE_JIT=1") != std::string::npos);
+  CHECK(miss.err.find(name_of("bf16", 32, 4)) != std::string::npos);
+  CHECK(count_lines(miss.err, "kdajit: compiled") == 0);
+}
+
+TEST_CASE("an unusable root: prewarm warns once and --strict fails", "[cli][environment]") {
+  TempDir scratch;
+  std::string file = scratch / "a-file";
+  write_text(file, "x");
+  std::vector<std::string> args = {"prewarm", "--cache-dir", file, "--op", "single", "--heads", "8", "--state", "f32",
+                                   "--conv", "sd", "--gate", "bounded", "--arch", "sm_90"};
+  Run r = cli(args, scratch.path());
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err, "kdajit: warning:") == 1);
+  CHECK(count_lines(r.err, "kdajit: compiled ") == 1);
+  CHECK(r.out.find("1 not stored on disk") != std::string::npos);
+  args.push_back("--strict");
+  CHECK(cli(args, scratch.path()).code != 0);
+  CHECK(read_text(file) == "x");
+}
+
+TEST_CASE("explain names the fields and hash inputs in which two keys differ", "[cli][explain]") {
+  TempDir scratch;
+  std::string a = name_of("f32", 16, 2), b = name_of("bf16", 16, 3);
+  Run r = cli({"explain", "--cache-dir", scratch / "cache", a, b, "--json"}, scratch.path());
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json j = parse_json(r);
+  std::vector<std::string> fields;
+  for (const auto& d : j["differing_fields"]) fields.push_back(d["field"].get<std::string>());
+  CHECK(fields == std::vector<std::string>{"state", "t"});
+  CHECK(j["differing_fields"][0]["a"] == "f32");
+  CHECK(j["differing_fields"][0]["b"] == "bf16");
+  CHECK(j["differing_inputs"] == json::array({"source"}));
+  REQUIRE(j["keys"].size() == 2);
+  CHECK(j["keys"][0]["name"] == a);
+  CHECK(j["keys"][0]["hash"].get<std::string>().size() == 64);
+  CHECK(j["keys"][0]["hash_inputs"]["options"].size() > 0);
+  CHECK(j["keys"][0]["cached"] == "no");
+
+  Run text = cli({"explain", "--cache-dir", scratch / "cache", a, a + "a"}, scratch.path());  // sm_90 vs sm_90a
+  CHECK(text.code == 0);
+  CHECK(text.out.find("differing fields:\n  arch") != std::string::npos);
+  CHECK(text.out.find("differing hash inputs: arch, options") != std::string::npos);
+
+  Run bad = cli({"explain", "kda_packed.h16"}, scratch.path());
+  CHECK(bad.code != 0);
+  CHECK(bad.err.find("kernel key name") != std::string::npos);
+}
+
+TEST_CASE("manifest errors name the file, the entry and the field", "[cli][manifest]") {
+  TempDir scratch;
+  std::string m = scratch / "manifest.json";
+  std::string expected;
+  SECTION("a bad value") {
+    write_text(m, R"(["kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90",
+                     {"op": "packed", "heads": [16], "t": [2]},
+                     {"op": "packed", "heads": [16, 300]}])");
+    expected = m + ": entry 3: field 'heads': expected an integer in 1..128, got 300";
+  }
+  SECTION("an unknown field") {
+    write_text(m, R"([{"op": "packed", "head": 16}])");
+    expected = m + ": entry 1: unknown field 'head'";
+  }
+  SECTION("an unknown enum value") {
+    write_text(m, R"([{"op": "packed", "heads": 16, "state": ["f32", "fp16"]}])");
+    expected = m + ": entry 1: field 'state': expected one of f32|bf16, got 'fp16'";
+  }
+  SECTION("t for op single") {
+    write_text(m, R"([{"op": "single", "heads": 16, "t": 2}])");
+    expected = m + ": entry 1: field 't': op single takes only t=1";
+  }
+  SECTION("a bad key name") {
+    write_text(m, R"(["kda_packed.h16.state_f32"])");
+    expected = m + ": entry 1: kernel key name";
+  }
+  SECTION("not JSON") {
+    write_text(m, "[{\"op\": \"packed\",}]");
+    expected = m + ": not valid JSON: parse error at line 1";
+  }
+  SECTION("not a list") {
+    write_text(m, R"({"op": "packed"})");
+    expected = m + ": expected a JSON array";
+  }
+  Run r = cli({"prewarm", "--cache-dir", scratch / "cache", "--manifest", m}, scratch.path());
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("kdajit: error: " + expected) != std::string::npos);
+  CHECK(count_lines(r.err, "kdajit: compiled") == 0);
+}
