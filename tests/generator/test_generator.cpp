@@ -1,0 +1,78 @@
+// Key -> source: deterministic, self-contained, naming its key.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "catch.hpp"
+#include "kdajit/generator.hpp"
+
+using namespace kdajit;
+
+namespace {
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  REQUIRE(pipe);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("generated source starts with its key name and holds the holes", "[generator]") {
+  for (const KernelKey& k : {KernelKey{Op::single, 5, StateDtype::bf16, ConvLayout::ds, 1, Gate::softplus, Route::rowcta, Arch::sm_90a},
+                             KernelKey{Op::packed, 96, StateDtype::f32, ConvLayout::sd, 7, Gate::bounded, Route::rowcta, Arch::sm_100a}}) {
+    auto src = generate_source(k);
+    REQUIRE(src.ok());
+    const std::string first_line = src->substr(0, src->find('\n'));
+    CHECK(first_line == "// kdajit kernel " + key_name(k));
+    CHECK(src->find("#define KDA_HEADS " + std::to_string(k.heads) + "\n") != std::string::npos);
+    CHECK(src->find("#define KDA_T " + std::to_string(k.tokens) + "\n") != std::string::npos);
+    CHECK(src->find("#define KDA_STATE_BF16 " + std::string(k.state == StateDtype::bf16 ? "1" : "0")) != std::string::npos);
+    CHECK(src->find("#define KDA_CONV_DS " + std::string(k.conv == ConvLayout::ds ? "1" : "0")) != std::string::npos);
+    CHECK(src->find("#define KDA_GATE_SOFTPLUS " + std::string(k.gate == Gate::softplus ? "1" : "0")) != std::string::npos);
+    CHECK(src->find(std::string("__global__")) != std::string::npos);
+    CHECK(src->find(route_config(k).entry) != std::string::npos);
+    // Self-contained: the local includes are inlined and no toolkit header is named
+    // (kda_params.h includes <stdint.h> only for host compilers, outside __CUDACC_RTC__).
+    CHECK(src->find("#include \"") == std::string::npos);
+    CHECK(src->find("#include <cuda") == std::string::npos);
+  }
+}
+
+TEST_CASE("generation is deterministic within a process", "[generator]") {
+  const KernelKey k{Op::packed, 16, StateDtype::bf16, ConvLayout::ds, 4, Gate::bounded, Route::rowcta, Arch::sm_90};
+  auto a = generate_source(k), b = generate_source(k);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(*a == *b);
+  KernelKey other = k;
+  other.heads = 32;
+  CHECK(*generate_source(other) != *a);
+}
+
+TEST_CASE("generation is deterministic across two processes", "[generator]") {
+  const std::string key = "kda_packed.h24.state_f32.conv_sd.t3.gate_softplus.route_rowcta.sm_90";
+  const std::string cmd = std::string(KDAJIT_CLI_PATH) + " show " + key;
+  const std::string first = run(cmd), second = run(cmd);
+  REQUIRE(first.size() > 1000);
+  CHECK(first == second);
+  auto in_process = generate_source(*parse_key(key));
+  REQUIRE(in_process.ok());
+  CHECK(first == *in_process);
+}
+
+TEST_CASE("an invalid key generates nothing", "[generator]") {
+  KernelKey k{Op::single, 0, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta, Arch::sm_90};
+  auto src = generate_source(k);
+  REQUIRE_FALSE(src.ok());
+  CHECK(src.error().message.find("heads") != std::string::npos);
+  k.heads = 8;
+  k.tokens = 2;  // single with T = 2
+  src = generate_source(k);
+  REQUIRE_FALSE(src.ok());
+  CHECK(src.error().message.find("'t'") != std::string::npos);
+}
