@@ -37,44 +37,52 @@
 
 namespace kda {
 
-constexpr int kD = 128;  // head dim (k and v)
-constexpr int kW = 4;    // conv width
-constexpr int kHeads = KDA_HEADS;
-constexpr int kHidden = kHeads * kD;
-constexpr int kQkv = 3 * kHidden;
-constexpr int kTokens = KDA_T;
-constexpr int kTaps = kTokens + kW - 2;  // K: conv_state taps per channel
-constexpr int kThreads = KDA_THREADS;
-constexpr int kWarps = kThreads / 32;
-constexpr unsigned kFull = 0xffffffffu;
+// Compile-time constants are enumerators of one enum (so that they mix in
+// arithmetic without enum-enum conversions): under NVRTC's -default-device a
+// namespace-scope constexpr variable would also be emitted as a __device__ global.
+//
+// State tile: which part of the 128x128 [v][k] state a thread holds. f32: a
+// row is 512 bytes, one 16-byte load per lane covers it (lane owns k =
+// 4*lane..+3). bf16: a row is 256 bytes, 16 lanes cover it with 8 k each, so
+// one warp instruction reads two adjacent rows (lane / 16 picks the row).
+// Warp w owns rows w*kRowsPerWarp .. +kRowsPerWarp-1.
+//
+// Phase A: conv channel c = j*128 + d of the head (j = 0 q, 1 k, 2 v) belongs
+// to thread c % kThreads in round c / kThreads; the staging of per-token
+// inputs walks (t, c) and (t, k) pairs over all threads.
+enum : int {
+  kD = 128,  // head dim (k and v)
+  kW = 4,    // conv width
+  kHeads = KDA_HEADS,
+  kHidden = kHeads * kD,
+  kQkv = 3 * kHidden,
+  kTokens = KDA_T,
+  kTaps = kTokens + kW - 2,  // K: conv_state taps per channel
+  kThreads = KDA_THREADS,
+  kWarps = kThreads / 32,
+
+  kStateBytes = KDA_STATE_BF16 ? 2 : 4,
+  kLanesPerRow = KDA_STATE_BF16 ? 16 : 32,
+  kKPerLane = kD / kLanesPerRow,      // 4 (f32) or 8 (bf16)
+  kRowsPerWarp = kD / kWarps,         // 16 with 8 warps
+  kRowsPerInstr = 32 / kLanesPerRow,  // 1 (f32) or 2 (bf16)
+  kRowsPerLane = kRowsPerWarp / kRowsPerInstr,
+  kSliceRowStride = kRowsPerInstr * kD * kStateBytes / 16,  // in 16-byte units, between a thread's rows
+
+  // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*kConvTapStride.
+  // SD: strides (1, qkv), taps slow; DS: strides (K, 1), taps contiguous.
+  kConvChanStride = KDA_CONV_DS ? kTaps : 1,
+  kConvTapStride = KDA_CONV_DS ? 1 : kQkv,
+  kConvRounds = (3 * kD + kThreads - 1) / kThreads,
+};
+enum : unsigned { kFull = 0xffffffffu };
 
 static_assert(kHeads >= 1 && kHeads <= 128, "KDA_HEADS must be in 1..128");
 static_assert(kTokens >= 1 && kTokens <= 16, "KDA_T must be in 1..16");
 // 128 threads would hold 128 state values per thread: far past the register budget.
 static_assert(kThreads == 256 || kThreads == 512 || kThreads == 1024, "KDA_THREADS must be 256, 512 or 1024");
-
-// ---- state tile: which part of the 128x128 [v][k] state a thread holds ----
-// f32: a row is 512 bytes, one 16-byte load per lane covers it (lane owns
-// k = 4*lane..+3). bf16: a row is 256 bytes, 16 lanes cover it with 8 k each,
-// so one warp instruction reads two adjacent rows (lane / 16 picks the row).
-// Warp w owns rows w*kRowsPerWarp .. +kRowsPerWarp-1.
-#if KDA_STATE_BF16
-constexpr int kLanesPerRow = 16;
-constexpr int kStateBytes = 2;
-#else
-constexpr int kLanesPerRow = 32;
-constexpr int kStateBytes = 4;
-#endif
-constexpr int kKPerLane = kD / kLanesPerRow;          // 4 (f32) or 8 (bf16)
-constexpr int kRowsPerWarp = kD / kWarps;             // 16 with 8 warps
-constexpr int kRowsPerInstr = 32 / kLanesPerRow;      // 1 (f32) or 2 (bf16)
-constexpr int kRowsPerLane = kRowsPerWarp / kRowsPerInstr;
 static_assert(kKPerLane * kStateBytes == 16, "one 16-byte access per lane and row");
-
-// Phase A thread mapping. Conv: channel c = j*128 + d of the head (j = 0 q,
-// 1 k, 2 v) belongs to thread c % kThreads, round c / kThreads. Staging of the
-// per-token inputs walks (t, c) and (t, k) pairs over all threads.
-constexpr int kConvRounds = (3 * kD + kThreads - 1) / kThreads;
+static_assert(kRowsPerLane >= 2 && kRowsPerLane % 2 == 0, "the fused first butterfly step pairs rows");
 
 struct __align__(16) U4 {
   unsigned x, y, z, w;
@@ -84,7 +92,9 @@ struct __align__(8) U2 {
 };
 
 // ---- bf16 <-> f32 ----
-__device__ __forceinline__ float bf16_to_f32(unsigned short b) { return __uint_as_float(static_cast<unsigned>(b) << 16); }
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+  return __uint_as_float(static_cast<unsigned>(b) << 16);
+}
 __device__ __forceinline__ float bf16lo_to_f32(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16hi_to_f32(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
@@ -100,7 +110,6 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-__device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
 // N consecutive bf16 (N = 4 or 8, 8N-byte aligned) of shared memory -> f32.
 template <int N>
@@ -149,9 +158,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ bool slot_valid(int s, int num_slots) { return s > 0 && s < num_slots; }
 
 // Element offset of tap t of channel c inside one conv_state slot.
-// SD: strides (1, qkv), taps slow; DS: strides (K, 1), taps contiguous.
-constexpr int kConvChanStride = KDA_CONV_DS ? kTaps : 1;
-constexpr int kConvTapStride = KDA_CONV_DS ? 1 : kQkv;
 __device__ __forceinline__ int conv_tap_offset(int c, int t) { return c * kConvChanStride + t * kConvTapStride; }
 
 // ---- butterfly ("transpose") reduction ----
@@ -188,8 +194,8 @@ template <int TT>
 struct Smem {
   float decay[TT][kD];      // g = raw_gate + dt_bias (A0), then decay_k (A1)
   float sig_ogate[TT][kD];  // output_gate (A0), then its sigmoid (A1)
-  float delta[kD];            // delta_v of the current token (each warp its rows)
-  float norm_w[kD];           // norm_weight
+  float delta[kD];          // delta_v of the current token (each warp its rows)
+  float norm_w[kD];         // norm_weight
   float beta[TT];
   __align__(16) unsigned short m[TT][3 * kD];  // x (A0), then m = SiLU(conv) (A1): q | k | v, bf16 bits
   __align__(16) unsigned short ob[TT][kD];     // round_bf16(o), bf16 bits
@@ -203,15 +209,15 @@ __device__ __forceinline__ int state_row(int warp, int lane, int i) {
 }
 
 // The thread's slice of head h of state slot `slot`, as raw 32-bit words.
+// 16-byte accesses: the host must reject a state pointer or slot stride
+// (in bytes) that is not a multiple of 16.
 __device__ __forceinline__ U4* state_slice(const KdaParams& p, int slot, int h, int warp, int lane) {
   char* base = static_cast<char*>(p.state) +
-                     (static_cast<long long>(slot) * p.state_slot_stride +
-                      static_cast<long long>(h * kD + state_row(warp, lane, 0)) * kD + (lane % kLanesPerRow) * kKPerLane) *
-                         kStateBytes;
+               (static_cast<long long>(slot) * p.state_slot_stride +
+                static_cast<long long>(h * kD + state_row(warp, lane, 0)) * kD + (lane % kLanesPerRow) * kKPerLane) *
+                   kStateBytes;
   return reinterpret_cast<U4*>(base);
 }
-// U4 stride between consecutive rows i of one thread.
-constexpr int kSliceRowStride = kRowsPerInstr * kD * kStateBytes / 16;
 
 __device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int warp, int lane,
                                            U4 (&raw)[kRowsPerLane]) {
@@ -278,7 +284,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   state_load(p, src_slot, h, warp, lane, raw);
 
   // ---- phase A0: issue every other load; stage per-token inputs in smem ----
-  // Loads only (plus the adds that fold into the stores), so the loads of all
+  // Loads and stores only (plus a few scalar ops), so the loads of all
   // tokens are in flight together while the code stays small for any T.
   const long long cbase = static_cast<long long>(conv_slot) * p.conv_slot_stride;
   unsigned short taps[kConvRounds][3];  // conv history of this thread's channels
@@ -290,9 +296,9 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
       const int chan = (c / kD) * kHidden + h * kD + c % kD;  // j*hidden + h*D + d
 #pragma unroll
       for (int w = 0; w < 3; ++w) taps[r][w] = p.conv_state[cbase + conv_tap_offset(chan, tap0 + w)];
-      // weight [j][w][h*D + d] at (j*W + w)*hidden + h*D + d
 #pragma unroll
-      for (int w = 0; w < kW; ++w) wts[r][w] = p.conv_weight[((c / kD) * kW + w) * kHidden + h * kD + c % kD];
+      for (int w = 0; w < kW; ++w)  // weight [j][w][h*D + d] at (j*W + w)*hidden + h*D + d
+        wts[r][w] = p.conv_weight[((c / kD) * kW + w) * kHidden + h * kD + c % kD];
     }
   }
 #pragma unroll

@@ -14,9 +14,10 @@
 //    and qsl[n+1] <= R. A malformed sequence is not live: its rows, clipped to
 //    [0, R), are zeroed, and nothing else happens (its slots are not looked at).
 //  - Rows below qsl[0] belong to no sequence and are not written.
-//  - oob_counter (head 0 only): per well-formed sequence, +1 for every position
-//    t of state_indices[n, :] that the op references (t = 0 (conv), t = a-1
-//    (source) and t < L (checkpoints), each position once) whose slot is >= S.
+//  - oob_counter (head 0 only): per well-formed sequence with L > 0, +1 for
+//    every position t of state_indices[n, :] that the op uses (t = 0 conv,
+//    t = a-1 source, t < L checkpoints; each position once) whose slot is >= S.
+//    An empty sequence uses no slot and counts nothing.
 
 #ifndef KDA_T
 #define KDA_T 4  // hole: tokens per sequence T (1..16)
@@ -25,7 +26,8 @@
 #include "kda_params.h"
 #include "kda_common.cuh"
 
-extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM) kda_packed_decode(const __grid_constant__ KdaParams p) {
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
+    kda_packed_decode(const __grid_constant__ KdaParams p) {
   constexpr int TT = kda::kTokens;
   __shared__ kda::Smem<TT> sm;
   const int h = blockIdx.x;
@@ -56,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM) k
   const int src = __shfl_sync(kda::kFull, slot_lane, a - 1);
 
   if (h == 0 && threadIdx.x < 32 && p.oob_counter != nullptr) {
-    const bool referenced = lane < TT && (lane == 0 || lane == a - 1 || lane < L);
+    const bool referenced = L > 0 && lane < TT && (lane == 0 || lane == a - 1 || lane < L);
     const unsigned bad = __ballot_sync(kda::kFull, referenced && slot_lane >= p.num_slots);
     if (lane == 0 && bad != 0) atomicAdd(p.oob_counter, __popc(bad));
   }

@@ -16,7 +16,8 @@
 
 static_assert(KDA_T == 1, "kda_single_decode is the T = 1 op");
 
-extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM) kda_single_decode(const __grid_constant__ KdaParams p) {
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
+    kda_single_decode(const __grid_constant__ KdaParams p) {
   __shared__ kda::Smem<1> sm;
   const int h = blockIdx.x;
   for (int r = blockIdx.y; r < p.rows; r += gridDim.y) {
