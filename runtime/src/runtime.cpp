@@ -11,7 +11,7 @@ namespace kdajit {
 
 namespace {
 
-// Grid y is limited to 65535; the kernels loop over rows with a gridDim.y stride.
+// Grid y is limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
 
 // Pushes ctx for the scope when it is not already current.
@@ -110,14 +110,17 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
   cfg.blockDimY = cfg.blockDimZ = 1;
   cfg.gridDimX = static_cast<unsigned>(call.heads);
   cfg.gridDimZ = 1;
-  int64_t gy = 0;
   if (op == Op::single) {
-    // repeated_positive: one CTA per head walks the rows in order (sequential-safe).
-    gy = call.mode == KDAJIT_INDICES_REPEATED_POSITIVE ? 1 : call.rows;
+    // The kernel loops over rows with a gridDim.y stride. repeated_positive: one
+    // CTA per head walks the rows in order (sequential-safe).
+    const int64_t gy = call.mode == KDAJIT_INDICES_REPEATED_POSITIVE ? 1 : call.rows;
+    cfg.gridDimY = static_cast<unsigned>(std::min(gy, kMaxGridY));
   } else {
-    gy = std::max(call.num_seqs, call.rows);
+    // One CTA per (item, head), items = max(N, R); grid z carries the overflow of y.
+    const int64_t items = std::max(call.num_seqs, call.rows);
+    cfg.gridDimY = static_cast<unsigned>(std::min(items, kMaxGridY));
+    cfg.gridDimZ = static_cast<unsigned>((items + cfg.gridDimY - 1) / cfg.gridDimY);
   }
-  cfg.gridDimY = static_cast<unsigned>(std::min(gy, kMaxGridY));
   cfg.sharedMemBytes = 0;
   cfg.hStream = cu_stream;
   cfg.attrs = nullptr;  // the cluster attribute goes here for cluster routes

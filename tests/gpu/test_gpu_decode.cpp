@@ -322,3 +322,61 @@ TEST_CASE("sd and ds give bit-identical outputs and states", "[gpu]") {
       }
     }
 }
+
+// Beyond the 65535 limit of grid y: single rows loop, packed items spill into grid z.
+TEST_CASE("more than 65535 rows", "[gpu]") {
+  SECTION("single") {
+    ProblemSpec s = ref::default_spec(key_of(Op::single, 2, StateDtype::f32, ConvLayout::sd, 1), 65);
+    s.rows = 70001;
+    s.null_rows = 69980;  // keeps the state pool small; live rows are spread over the batch
+    s.oob_rows = 5;
+    s.row_pad = 0;
+    check_problem(s);
+  }
+  SECTION("packed") {
+    ProblemSpec s = ref::default_spec(key_of(Op::packed, 2, StateDtype::bf16, ConvLayout::ds, 2), 66);
+    s.seq_lens = {2, 1, 0, 2};
+    s.extra_rows = 70000;  // rows beyond qsl[N]: zeros
+    s.row_pad = 0;
+    check_problem(s);
+  }
+}
+
+TEST_CASE("a runtime pinned to a device through options.device", "[gpu]") {
+  std::unique_ptr<Runtime> rt;
+  RuntimeOptions opts;
+  opts.device = 0;
+  REQUIRE(Runtime::create(opts, &rt).ok());
+  ProblemSpec s = ref::default_spec(key_of(Op::packed, 8, StateDtype::f32, ConvLayout::sd, 3), 808);
+  Problem p = make(s);
+  Problem expected = p, got = p;
+  REQUIRE(expected.run_reference().ok());
+  DeviceProblem dev(got);
+  Outcome o = test::run_op(*rt, got.op(), dev.args(), stream());
+  INFO(o.message);
+  REQUIRE(o.ok());
+  dev.download(got);
+  auto rep = ref::compare(expected, got);
+  INFO(rep.message);
+  CHECK(rep.pass);
+  // An ordinal that does not exist is an argument error.
+  opts.device = 4096;
+  std::unique_ptr<Runtime> bad;
+  Outcome e = Runtime::create(opts, &bad);
+  CHECK(e.code == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(e.message.find("options.device") != std::string::npos);
+}
+
+// Small cases for compute-sanitizer (memcheck, racecheck): one single and one
+// packed call per state dtype. Run with the tag [sanitize].
+TEST_CASE("sanitizer cases", "[sanitize]") {
+  for (auto op : {Op::single, Op::packed})
+    for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+      DYNAMIC_SECTION(to_string(op) << " " << to_string(st)) {
+        ProblemSpec s = ref::default_spec(key_of(op, 4, st, op == Op::single ? ConvLayout::sd : ConvLayout::ds,
+                                                 op == Op::single ? 1 : 3),
+                                          99);
+        check_problem(s);
+      }
+    }
+}
