@@ -28,7 +28,7 @@ rc=0
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
 cat "$OUT"/gpu_shard_*.log > "$OUT/gpu.log"; rm -f "$OUT"/gpu_shard_*.log
 if [ $rc != 0 ]; then grep -E -A14 "FAILED" "$OUT/gpu.log" | head -100; fi
-cases=$(grep -E "^(test cases|All tests passed)" "$OUT/gpu.log" | grep -oE "[0-9]+ test cases|test cases: +[0-9]+" | grep -oE "[0-9]+" | paste -sd+ | bc)
+cases=$(grep -E "^(test cases|All tests passed)" "$OUT/gpu.log" | grep -oE "[0-9]+ test cases|test cases: +[0-9]+" | grep -oE "[0-9]+" | awk "{s+=\$1} END {print s}")
 summary+=("gpu tests: rc=$rc, $cases test cases in $SHARDS shards, $(( $(date +%s) - t1 )) s")
 summary+=("$(grep -E '^(test cases|All tests passed)' "$OUT/gpu.log" | sort | uniq -c | tr '\n' ';')")
 
