@@ -6,8 +6,6 @@
 #include <set>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "catch.hpp"
 #include "kdajit/bf16.hpp"
 #include "kdajit/kernel_key.hpp"
@@ -314,7 +312,7 @@ TEST_CASE("compare: flags a planted error in every tensor", "[compare]") {
       Case c = base;
       SECTION("output element far off") {
         poke_bf16(c.got, Tensor::output, {r, 1, 7}, get(c.got, Tensor::output, {r, 1, 7}) + 1.0);
-        CHECK(fails_with(c, fmt::format("output[{}, 1, 7]", r)));
+        CHECK(fails_with(c, "output[" + std::to_string(r) + ", 1, 7]"));
       }
       SECTION("output NaN never passes") {
         store_bits16(c.got.view(Tensor::output), {r, 0, 0}, 0x7fc0);
@@ -354,7 +352,7 @@ TEST_CASE("compare: flags a planted error in every tensor", "[compare]") {
       }
       SECTION("state: NaN in a written slot") {
         set(c.got, Tensor::state, {s, 1, 2, 3}, NAN);
-        CHECK(fails_with(c, fmt::format("state[slot {}, 1, 2, 3]", s)));
+        CHECK(fails_with(c, "state[slot " + std::to_string(s) + ", 1, 2, 3]"));
       }
       SECTION("state: the null slot 0 written") {
         c.got.bytes(Tensor::state)[4] ^= std::byte{0xff};
@@ -362,18 +360,18 @@ TEST_CASE("compare: flags a planted error in every tensor", "[compare]") {
       }
       SECTION("state: a spare slot written") {
         set(c.got, Tensor::state, {spare, 1, 0, 0}, 0.5);
-        CHECK(fails_with(c, fmt::format("(slot {}", spare)));
+        CHECK(fails_with(c, "(slot " + std::to_string(spare) + ""));
       }
       SECTION("state: slot padding written") {
         auto& b = c.got.bytes(Tensor::state);
         const int64_t off = (s * c.got.view(Tensor::state).strides[0] + 2 * D * D) * 4;  // padding after slot s
         b[static_cast<size_t>(off)] ^= std::byte{0xff};
-        CHECK(fails_with(c, fmt::format("(slot {}, outside the written elements)", s)));
+        CHECK(fails_with(c, "(slot " + std::to_string(s) + ", outside the written elements)"));
       }
       SECTION("conv_state: a written tap off by one ulp") {
         const uint16_t b = load_bits16(c.got.view(Tensor::conv_state), {s, 5, 0});
         store_bits16(c.got.view(Tensor::conv_state), {s, 5, 0}, static_cast<uint16_t>(b ^ 1));
-        CHECK(fails_with(c, fmt::format("conv_state[slot {}, channel 5, tap 0]", s)));
+        CHECK(fails_with(c, "conv_state[slot " + std::to_string(s) + ", channel 5, tap 0]"));
         CHECK(check(c).conv_mismatches == 1);
       }
       SECTION("conv_state: a spare slot written") {
@@ -415,7 +413,7 @@ TEST_CASE("compare: packed taps beyond L+1 must stay untouched; bf16 state toler
   REQUIRE(check(c).pass);
   Case tap = c;
   store_bits16(tap.got.view(Tensor::conv_state), {cs, 9, 4}, 0x3f80);  // tap L+2 = 4
-  CHECK(fails_with(tap, fmt::format("conv_state[slot {}, channel 9, tap 4]", cs)));
+  CHECK(fails_with(tap, "conv_state[slot " + std::to_string(cs) + ", channel 9, tap 4]"));
   CHECK(check(tap).message.find("must stay untouched") != std::string::npos);
   // bf16 state: 0.25% noise (after bf16 rounding about 3e-3) on a written slot passes (<= 6e-3), 1% does not.
   Case noisy = c, bad = c;
