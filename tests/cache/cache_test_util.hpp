@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kdajit/cache.hpp"
+#include "kdajit/log.hpp"
 
 namespace kdajit::test {
 
@@ -173,5 +174,19 @@ struct FakeBuild {
 inline KernelKey key_h(int heads, int t = 2, Arch arch = Arch::sm_90) {
   return KernelKey{Op::packed, heads, StateDtype::bf16, ConvLayout::ds, t, Gate::bounded, Route::rowcta, arch};
 }
+
+// Cache options for a test root: JIT on whatever the environment says.
+inline CacheOptions opts(const std::string& root) {
+  CacheOptions o;
+  o.root = root;
+  o.disable_jit = false;
+  return o;
+}
+
+// Every test sees info-level logs, whatever KDAJIT_LOG the CI sets.
+struct LogLevelInfo {
+  LogLevelInfo() { set_log_level(LogLevel::info); }
+};
+inline const LogLevelInfo g_log_level_info;
 
 }  // namespace kdajit::test

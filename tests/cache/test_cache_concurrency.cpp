@@ -13,17 +13,6 @@ using namespace kdajit::test;
 
 namespace {
 
-CacheOptions opts(const std::string& root) {
-  CacheOptions o;
-  o.root = root;
-  o.disable_jit = false;
-  return o;
-}
-
-struct LogLevelInfo {
-  LogLevelInfo() { set_log_level(LogLevel::info); }
-} g_log_level_info;
-
 std::vector<KernelKey> sixteen_keys() {
   std::vector<KernelKey> keys;
   for (int h : {8, 16, 32, 64})

@@ -14,22 +14,6 @@
 using namespace kdajit;
 using namespace kdajit::test;
 
-namespace {
-
-CacheOptions opts(const std::string& root) {
-  CacheOptions o;
-  o.root = root;
-  o.disable_jit = false;
-  return o;
-}
-
-// Every test sees info-level logs, whatever KDAJIT_LOG the CI sets.
-struct LogLevelInfo {
-  LogLevelInfo() { set_log_level(LogLevel::info); }
-} g_log_level_info;
-
-}  // namespace
-
 TEST_CASE("build_hash changes with every build input", "[cache][hash]") {
   std::vector<std::string> options = {"-arch=sm_90", "-O3"};
   auto base = build_hash(1, "0.1.0", "src", options, Arch::sm_90, "13.0");
