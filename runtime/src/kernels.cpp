@@ -67,7 +67,9 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
     api->cuModuleUnload(mod);
     return cuda_error(*api, r, fmt::format("cuModuleGetFunction({}, {})", key_name(key), ref.entry));
   }
-  k.threads = route_config(key).threads;
+  const RouteConfig rc = route_config(key);
+  k.threads = rc.threads;
+  k.cluster = rc.cluster;
   std::unique_lock lock(mu_);
   contexts_[ctx].kernels.emplace(key, k);
   return k;

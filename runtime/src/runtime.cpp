@@ -123,8 +123,19 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
   }
   cfg.sharedMemBytes = 0;
   cfg.hStream = cu_stream;
-  cfg.attrs = nullptr;  // the cluster attribute goes here for cluster routes
-  cfg.numAttrs = 0;
+  // Cluster routes (a value split across CTAs) launch with the cluster attribute.
+  CUlaunchAttribute attr{};
+  if (kernel->cluster > 1) {
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 1;
+    attr.value.clusterDim.y = static_cast<unsigned>(kernel->cluster);
+    attr.value.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  } else {
+    cfg.attrs = nullptr;
+    cfg.numAttrs = 0;
+  }
   void* params[] = {&call.params};
   if (CUresult r = api->cuLaunchKernelEx(&cfg, kernel->function, params, nullptr); r != CUDA_SUCCESS)
     return cuda_error(*api, r, fmt::format("cuLaunchKernelEx({})", key_name(key)));

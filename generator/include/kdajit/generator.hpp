@@ -13,6 +13,7 @@ namespace kdajit {
 // these, the generator writes them into the source as compile-time constants.
 struct RouteConfig {
   int threads = 256;        // threads per block
+  int cluster = 1;          // CTAs per cluster along grid y (1: no cluster launch)
   const char* entry = "";   // extern "C" kernel name in the generated source
 };
 

@@ -21,6 +21,7 @@ class KernelCache;
 struct LoadedKernel {
   CUfunction function = nullptr;
   int threads = 0;
+  int cluster = 1;  // RouteConfig::cluster
 };
 
 class KernelRegistry {
