@@ -27,9 +27,9 @@
 #ifndef KDA_THREADS
 #define KDA_THREADS 256  // hole: threads per block (256, 512 or 1024)
 #endif
-// Occupancy floor for ptxas: two 256-thread CTAs per SM (<= 128 registers),
-// so one CTA's math overlaps the other's state traffic.
-#define KDA_MIN_CTAS_PER_SM (KDA_THREADS >= 512 ? 1 : 2)
+// Occupancy floor for ptxas: two CTAs per SM (256 threads: <= 128 registers,
+// 512 threads: <= 64), so one CTA's math overlaps the other's state traffic.
+#define KDA_MIN_CTAS_PER_SM (KDA_THREADS >= 1024 ? 1 : 2)
 
 #ifndef KDA_T
 #error "KDA_T (tokens per sequence) must be defined before kda_common.cuh"

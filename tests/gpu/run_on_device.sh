@@ -43,6 +43,8 @@ done
 export KDAJIT_CACHE_DIR=/tmp/kdajit-main-job
 { "$B/tools/kdajit" keys --preset glm-5.3-flash && "$B/tools/kdajit" prewarm --preset glm-5.3-flash && "$B/tools/kdajit" selfcheck; } >"$OUT/main_job.log" 2>&1
 mrc=$?
+"$B/tools/kdajit" verify --load >"$OUT/verify_load.log" 2>&1
+summary+=("verify --load: rc=$?, $(tail -1 "$OUT/verify_load.log")")
 summary+=("main job: rc=$mrc, $(grep -E '^selfcheck:|compiled .* already cached' "$OUT/main_job.log" | tail -2 | tr '\n' ' ')")
 
 printf '%s\n' "${summary[@]}"
