@@ -29,7 +29,7 @@
 #endif
 // Occupancy floor for ptxas: two CTAs per SM (256 threads: <= 128 registers,
 // 512 threads: <= 64), so one CTA's math overlaps the other's state traffic.
-#define KDA_MIN_CTAS_PER_SM (KDA_THREADS >= 1024 ? 1 : (KDA_T == 1 && KDA_STATE_BF16 && KDA_THREADS == 256 ? 3 : 2))
+#define KDA_MIN_CTAS_PER_SM (KDA_THREADS >= 1024 ? 1 : 2)
 
 #ifndef KDA_T
 #error "KDA_T (tokens per sequence) must be defined before kda_common.cuh"
@@ -74,8 +74,6 @@ enum : int {
   kConvChanStride = KDA_CONV_DS ? kTaps : 1,
   kConvTapStride = KDA_CONV_DS ? 1 : kQkv,
   kConvRounds = (3 * kD + kThreads - 1) / kThreads,
-  // Single token, bf16 state: phase B streams the state row by row (delta_rule_streamed).
-  kStreamState = kTokens == 1 && KDA_STATE_BF16,
 };
 enum : unsigned { kFull = 0xffffffffu };
 
@@ -263,81 +261,6 @@ __device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h,
   }
 }
 
-// This lane's k range of token t's raw (un-normalized) q and k and of decay,
-// and the norms: rq = D^-1/2 / |q|, rk = 1 / |k|, qk = q.k of the normalized
-// vectors. Every lane group holds a full copy of q and k, so each warp reduces
-// them itself, no block barrier needed.
-template <int TT>
-__device__ __forceinline__ void token_vectors(const Smem<TT>& sm, int t, int k0, float (&mq)[kKPerLane],
-                                              float (&mk)[kKPerLane], float (&dec)[kKPerLane], float& rq, float& rk,
-                                              float& qk) {
-  load_bf16_vec(&sm.m[t][k0], mq);
-  load_bf16_vec(&sm.m[t][kD + k0], mk);
-#pragma unroll
-  for (int j = 0; j < kKPerLane; ++j) dec[j] = sm.decay[t][k0 + j];
-  float qq = 0.f, kk = 0.f;
-  qk = 0.f;
-#pragma unroll
-  for (int j = 0; j < kKPerLane; ++j) {
-    qq = fmaf(mq[j], mq[j], qq);
-    kk = fmaf(mk[j], mk[j], kk);
-    qk = fmaf(mq[j], mk[j], qk);
-  }
-#pragma unroll
-  for (int off = kLanesPerRow / 2; off >= 1; off >>= 1) {
-    qq += __shfl_xor_sync(kFull, qq, off);
-    kk += __shfl_xor_sync(kFull, kk, off);
-    qk += __shfl_xor_sync(kFull, qk, off);
-  }
-  // The state dot products use raw q and k; the norms scale them afterwards.
-  rq = rsqrtf(qq + 1e-6f) * 0.08838834764831845f;  // l2norm * D^-1/2
-  rk = rsqrtf(kk + 1e-6f);
-  qk *= rq * rk;
-}
-
-// Phase B of the single-token op with bf16 state: the state is streamed row by
-// row from the raw 16-byte words (S', the dot products, S'' and its store), so
-// no row outlives its iteration. That keeps the kernel within 80 registers:
-// three CTAs per SM, which the bf16 op needs (it is bound by bytes in flight,
-// not by math; see docs/PERFORMANCE.md).
-template <int TT>
-__device__ __forceinline__ void delta_rule_streamed(const KdaParams& p, Smem<TT>& sm, int h, int warp, int lane,
-                                                    const U4 (&raw)[kRowsPerLane], int ckpt_slot) {
-  const int k0 = (lane % kLanesPerRow) * kKPerLane;
-  const float beta = sm.beta[0];
-  float mq[kKPerLane], mk[kKPerLane], dec[kKPerLane], rq, rk, qk;
-  token_vectors(sm, 0, k0, mq, mk, dec, rq, rk, qk);
-  const bool store = slot_valid(ckpt_slot, p.num_slots);
-  U4* dst = state_slice(p, store ? ckpt_slot : 1, h, warp, lane);
-#pragma unroll
-  for (int i = 0; i < kRowsPerLane; ++i) {
-    const unsigned w4[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
-    float sr[kKPerLane];
-    float u = 0.f, w = 0.f;
-#pragma unroll
-    for (int j = 0; j < kKPerLane; ++j) {
-      sr[j] = (j & 1 ? bf16hi_to_f32(w4[j / 2]) : bf16lo_to_f32(w4[j / 2])) * dec[j];  // S' = S * decay
-      u = fmaf(sr[j], mk[j], u);
-      w = fmaf(sr[j], mq[j], w);
-    }
-#pragma unroll
-    for (int off = kLanesPerRow / 2; off >= 1; off >>= 1) {
-      u += __shfl_xor_sync(kFull, u, off);
-      w += __shfl_xor_sync(kFull, w, off);
-    }
-    const int v = state_row(warp, lane, i);
-    // delta_v = beta (v_v - u_v); o_v = S''q = S'q + delta_v (k.q); ob = round_bf16(o).
-    const float dv = beta * (bf16_to_f32(sm.m[0][2 * kD + v]) - u * rk);
-    if (lane % kLanesPerRow == 0) sm.ob[0][v] = f32_to_bf16(fmaf(dv, qk, w * rq));
-    const float dk = dv * rk;  // S'' = S' + delta_v k_k with the normalized k
-    unsigned o4[4];
-#pragma unroll
-    for (int j = 0; j < kKPerLane / 2; ++j)
-      o4[j] = pack_bf16x2(fmaf(dk, mk[2 * j], sr[2 * j]), fmaf(dk, mk[2 * j + 1], sr[2 * j + 1]));
-    if (store) dst[i * kSliceRowStride] = U4{o4[0], o4[1], o4[2], o4[3]};
-  }
-}
-
 // ---- the work of one (sequence, head) ----
 // h: head. row0, L: the sequence's rows row0 .. row0+L-1 (1 <= L <= TT, all < R).
 // conv_slot, tap0: conv history = taps tap0..tap0+2 of conv_state[conv_slot].
@@ -443,9 +366,6 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   __syncthreads();
 
   // ---- phase B: the delta rule, per token, each warp on its own rows ----
-  if constexpr (kStreamState) {
-    delta_rule_streamed(p, sm, h, warp, lane, raw, __shfl_sync(kFull, ckpt_lane, 0));
-  } else {
   // Nothing in registers is indexed by t, so the token loop stays rolled
   // (code size and compile time independent of T).
   float s[kRowsPerLane][kKPerLane];
@@ -457,8 +377,31 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
 #pragma unroll 1
   for (int t = 0; t < L; ++t) {
     const float beta = sm.beta[t];
-    float mq[kKPerLane], mk[kKPerLane], dec[kKPerLane], rq, rk, qk;
-    token_vectors(sm, t, k0, mq, mk, dec, rq, rk, qk);
+    // This lane's k range of the raw (un-normalized) q and k and of decay.
+    float mq[kKPerLane], mk[kKPerLane], dec[kKPerLane];
+    load_bf16_vec(&sm.m[t][k0], mq);
+    load_bf16_vec(&sm.m[t][kD + k0], mk);
+#pragma unroll
+    for (int j = 0; j < kKPerLane; ++j) dec[j] = sm.decay[t][k0 + j];
+    // q.q, k.k and q.k over all 128 k: every lane group holds a full copy of
+    // q and k, so each warp reduces them itself, no block barrier needed.
+    float qq = 0.f, kk = 0.f, qk = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKPerLane; ++j) {
+      qq = fmaf(mq[j], mq[j], qq);
+      kk = fmaf(mk[j], mk[j], kk);
+      qk = fmaf(mq[j], mk[j], qk);
+    }
+#pragma unroll
+    for (int off = kLanesPerRow / 2; off >= 1; off >>= 1) {
+      qq += __shfl_xor_sync(kFull, qq, off);
+      kk += __shfl_xor_sync(kFull, kk, off);
+      qk += __shfl_xor_sync(kFull, qk, off);
+    }
+    // The dot products below use raw q and k; the norms scale them afterwards.
+    const float rq = rsqrtf(qq + 1e-6f) * 0.08838834764831845f;  // l2norm * D^-1/2
+    const float rk = rsqrtf(kk + 1e-6f);
+    qk *= rq * rk;  // q.k of the normalized vectors
 
     // S' = S * decay, then per row the partial dot products S'k and S'q over
     // this lane's k: value 2i is S'k, value 2i+1 is S'q of row i. The first
@@ -525,7 +468,6 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
 
     const int ck = __shfl_sync(kFull, ckpt_lane, t);
     if (slot_valid(ck, p.num_slots)) state_store(p, ck, h, warp, lane, s);
-  }
   }
   __syncthreads();
 

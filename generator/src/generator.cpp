@@ -14,15 +14,14 @@ RouteConfig route_config(const KernelKey& key) {
   switch (key.route) {
     case Route::rowcta:
       // 8 warps: each thread holds 64 state values (f32: 16 rows x 4 k; bf16:
-      // 8 rows x 8 k), two CTAs per SM at <= 128 registers without spills.
-      // Single bf16 streams its state (80 registers, three CTAs per SM); packed
-      // bf16 runs 16 warps (32 values per thread, <= 64 registers). Measured on
-      // the H200: docs/PERFORMANCE.md.
+      // 8 rows x 8 k), which leaves room for two CTAs per SM without spills.
+      // Packed bf16 state: 16 warps (32 values per thread, <= 64 registers, still
+      // two CTAs per SM) measured 10-13% faster on the H200 (docs/PERFORMANCE.md);
+      // single bf16 was 8-12% slower with 16 warps and f32 spills there.
       rc.threads = key.op == Op::packed && key.state == StateDtype::bf16 ? 512 : 256;
       break;
   }
   rc.entry = key.op == Op::single ? "kda_single_decode" : "kda_packed_decode";
-  rc.entry_in_order = key.op == Op::single ? "kda_single_decode_in_order" : nullptr;
   return rc;
 }
 

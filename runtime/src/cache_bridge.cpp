@@ -51,7 +51,7 @@ Result<CubinRef> obtain_cubin(KernelCache* cache, const KernelKey& key, bool all
     KDAJIT_TRY_ASSIGN(entry, cache->get_or_build(key, input_hash(in), build_fn_for(in), allow_build));
   }
   // The entry is immutable and shared; alias its cubin without a copy.
-  return CubinRef{std::shared_ptr<const std::string>(entry, &entry->cubin)};
+  return CubinRef{std::shared_ptr<const std::string>(entry, &entry->cubin), route_config(key).entry};
 }
 
 }  // namespace kdajit

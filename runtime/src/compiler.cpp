@@ -1,6 +1,5 @@
 #include "kdajit/runtime/compiler.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <regex>
 
@@ -73,38 +72,21 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key) {
   return BuildInputs{key, std::move(source), canonical_options(key), nvrtc_version()};
 }
 
-KernelResources parse_ptxas_log(const std::string& log, std::string_view entry) {
-  // One section per kernel of the module:
-  //   ptxas info    : Compiling entry function 'kda_single_decode' for 'sm_90'
-  //   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+KernelResources parse_ptxas_log(const std::string& log) {
+  // Lines of the form (one kernel per program):
   //   ptxas info    : Used 96 registers, used 1 barriers, 1600 bytes smem, ...
-  static const std::regex section(R"(Compiling entry function '([^']+)')");
+  //   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
   static const std::regex regs(R"(Used (\d+) registers)");
   static const std::regex smem(R"((\d+) bytes smem)");
   static const std::regex stack(R"((\d+) bytes stack frame)");
   static const std::regex stores(R"((\d+) bytes spill stores)");
   static const std::regex loads(R"((\d+) bytes spill loads)");
-  std::vector<std::pair<std::string, size_t>> starts;  // (entry, offset)
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), section); it != std::sregex_iterator(); ++it)
-    starts.emplace_back((*it)[1].str(), static_cast<size_t>(it->position()));
-  if (starts.empty()) starts.emplace_back(std::string(entry), 0);  // a log without sections: one kernel
   KernelResources r;
-  bool found = false;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const size_t end = i + 1 < starts.size() ? starts[i + 1].second : log.size();
-    const std::string part = log.substr(starts[i].second, end - starts[i].second);
-    std::smatch m;
-    const int part_regs = std::regex_search(part, m, regs) ? std::stoi(m[1].str()) : -1;
-    // A spill or a stack frame anywhere in the module counts.
-    r.spill_bytes += first_int(part, stores) + first_int(part, loads);
-    r.stack_bytes = std::max(r.stack_bytes, first_int(part, stack));
-    if (!found && (starts[i].first == entry || i + 1 == starts.size())) {
-      // Registers and shared memory of the launch-path kernel.
-      found = starts[i].first == entry;
-      r.registers = part_regs;
-      r.smem_bytes = first_int(part, smem);
-    }
-  }
+  std::smatch m;
+  r.registers = std::regex_search(log, m, regs) ? std::stoi(m[1].str()) : -1;
+  r.smem_bytes = first_int(log, smem);
+  r.stack_bytes = first_int(log, stack);
+  r.spill_bytes = first_int(log, stores) + first_int(log, loads);
   return r;
 }
 
@@ -142,7 +124,7 @@ Result<CompiledKernel> compile(const BuildInputs& in) {
     return nvrtc_error(e, "nvrtcGetCUBINSize", in.key);
   out.cubin.resize(cubin_size);
   if (auto e = nvrtcGetCUBIN(prog, out.cubin.data()); e != NVRTC_SUCCESS) return nvrtc_error(e, "nvrtcGetCUBIN", in.key);
-  out.resources = parse_ptxas_log(out.log, route_config(in.key).entry);
+  out.resources = parse_ptxas_log(out.log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -62,15 +62,12 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   CUmodule mod = nullptr;
   if (CUresult r = api->cuModuleLoadData(&mod, ref.cubin->data()); r != CUDA_SUCCESS)
     return cuda_error(*api, r, fmt::format("cuModuleLoadData({})", key_name(key)));
-  const RouteConfig rc = route_config(key);
   LoadedKernel k;
-  for (auto [fn, name] : {std::pair{&k.function, rc.entry}, std::pair{&k.function_in_order, rc.entry_in_order}}) {
-    if (!name) continue;
-    if (CUresult r = api->cuModuleGetFunction(fn, mod, name); r != CUDA_SUCCESS) {
-      api->cuModuleUnload(mod);
-      return cuda_error(*api, r, fmt::format("cuModuleGetFunction({}, {})", key_name(key), name));
-    }
+  if (CUresult r = api->cuModuleGetFunction(&k.function, mod, ref.entry.c_str()); r != CUDA_SUCCESS) {
+    api->cuModuleUnload(mod);
+    return cuda_error(*api, r, fmt::format("cuModuleGetFunction({}, {})", key_name(key), ref.entry));
   }
+  const RouteConfig rc = route_config(key);
   k.threads = rc.threads;
   k.cluster = rc.cluster;
   std::unique_lock lock(mu_);

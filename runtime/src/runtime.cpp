@@ -110,15 +110,14 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
   cfg.blockDimY = cfg.blockDimZ = 1;
   cfg.gridDimX = static_cast<unsigned>(call.heads);
   cfg.gridDimZ = 1;
-  CUfunction function = kernel->function;
-  if (op == Op::single && call.mode == KDAJIT_INDICES_REPEATED_POSITIVE) {
-    // Repeated slots: one CTA per head applies the rows in order (sequential-safe).
-    function = kernel->function_in_order;
-    cfg.gridDimY = 1;
+  if (op == Op::single) {
+    // The kernel loops over rows with a gridDim.y stride. repeated_positive: one
+    // CTA per head walks the rows in order (sequential-safe).
+    const int64_t gy = call.mode == KDAJIT_INDICES_REPEATED_POSITIVE ? 1 : call.rows;
+    cfg.gridDimY = static_cast<unsigned>(std::min(gy, kMaxGridY));
   } else {
-    // One CTA per (item, head); items = R (single) or max(N, R) (packed);
-    // grid z carries what exceeds the 65535 limit of grid y.
-    const int64_t items = op == Op::single ? call.rows : std::max(call.num_seqs, call.rows);
+    // One CTA per (item, head), items = max(N, R); grid z carries the overflow of y.
+    const int64_t items = std::max(call.num_seqs, call.rows);
     cfg.gridDimY = static_cast<unsigned>(std::min(items, kMaxGridY));
     cfg.gridDimZ = static_cast<unsigned>((items + cfg.gridDimY - 1) / cfg.gridDimY);
   }
@@ -138,7 +137,7 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
     cfg.numAttrs = 0;
   }
   void* params[] = {&call.params};
-  if (CUresult r = api->cuLaunchKernelEx(&cfg, function, params, nullptr); r != CUDA_SUCCESS)
+  if (CUresult r = api->cuLaunchKernelEx(&cfg, kernel->function, params, nullptr); r != CUDA_SUCCESS)
     return cuda_error(*api, r, fmt::format("cuLaunchKernelEx({})", key_name(key)));
   return {};
 }

@@ -15,9 +15,6 @@ struct RouteConfig {
   int threads = 256;        // threads per block
   int cluster = 1;          // CTAs per cluster along grid y (1: no cluster launch)
   const char* entry = "";   // extern "C" kernel name in the generated source
-  // The entry that applies rows strictly in order (state_indices_mode
-  // repeated_positive), or nullptr when the op has none.
-  const char* entry_in_order = nullptr;
 };
 
 RouteConfig route_config(const KernelKey& key);

@@ -17,13 +17,11 @@ struct BuildInputs {
   std::string nvrtc_version;         // e.g. "13.0"
 };
 
-// Resource usage of the compiled module, read from ptxas' verbose log:
-// registers and shared memory of the launch-path kernel (RouteConfig::entry),
-// spills and stack of every kernel in the module.
+// Resource usage of the compiled kernel, read from ptxas' verbose log.
 struct KernelResources {
   int registers = -1;
-  int spill_bytes = 0;  // spill stores + spill loads, summed over the module's kernels
-  int stack_bytes = 0;  // largest stack frame
+  int spill_bytes = 0;  // spill stores + spill loads
+  int stack_bytes = 0;  // stack frame
   int smem_bytes = 0;   // static shared memory
 };
 
@@ -44,8 +42,7 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key);
 // and whose detail carries the options, the NVRTC log and the failing source line.
 Result<CompiledKernel> compile(const BuildInputs& inputs);
 
-// Parses "ptxas info" lines of a verbose log (exposed for tests); `entry` is
-// the kernel whose registers and shared memory are reported.
-KernelResources parse_ptxas_log(const std::string& log, std::string_view entry);
+// Parses "ptxas info" lines of a verbose log (exposed for tests).
+KernelResources parse_ptxas_log(const std::string& log);
 
 }  // namespace kdajit

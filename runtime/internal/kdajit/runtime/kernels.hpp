@@ -20,7 +20,6 @@ class KernelCache;
 
 struct LoadedKernel {
   CUfunction function = nullptr;
-  CUfunction function_in_order = nullptr;  // RouteConfig::entry_in_order, if any
   int threads = 0;
   int cluster = 1;  // RouteConfig::cluster
 };
@@ -57,6 +56,7 @@ class KernelRegistry {
 // Shared by the runtime and the CLI; logs one line per compile.
 struct CubinRef {
   std::shared_ptr<const std::string> cubin;
+  std::string entry;  // kernel function name
 };
 // allow_build = false: a miss is Error{capture} "pre-warm KEY".
 Result<CubinRef> obtain_cubin(KernelCache* cache, const KernelKey& key, bool allow_build);
