@@ -1,0 +1,192 @@
+"""Random single-token KDA decode problems (spec section 8) and a float64 reference
+of the math (spec section 2), on torch tensors laid out as spec section 1 says."""
+import dataclasses
+import math
+
+import torch
+
+D = 128
+W = 4
+TAPS = W - 1  # conv history per channel for T = 1
+
+
+@dataclasses.dataclass
+class Problem:
+    x: torch.Tensor             # [R, qkv] bf16
+    conv_weight: torch.Tensor   # [3, W, hidden] f32
+    conv_state: torch.Tensor    # [S, qkv, 3] bf16, SD strides (slot, 1, qkv)
+    raw_gate: torch.Tensor      # [R, H, D] bf16
+    raw_beta: torch.Tensor      # [R, H] bf16
+    A_log: torch.Tensor         # [H] f32
+    dt_bias: torch.Tensor       # [hidden] f32
+    state_indices: torch.Tensor  # [R] int32
+    state: torch.Tensor         # [S, H, D(v), D(k)] f32 | bf16
+    output_gate: torch.Tensor   # [R, H, D] bf16
+    norm_weight: torch.Tensor   # [D] f32
+    output: torch.Tensor        # [R, H, D] bf16, written by the op
+    lower_bound: float = -5.0
+    norm_eps: float = 1e-5
+    gate_softplus: bool = False
+
+    @property
+    def heads(self):
+        return self.A_log.shape[0]
+
+    @property
+    def rows(self):
+        return self.x.shape[0]
+
+    @property
+    def slots(self):
+        return self.state.shape[0]
+
+    def live_rows(self):
+        """Row indices with a valid slot (1 <= s < S), on the tensors' device."""
+        s = self.state_indices.long()
+        return torch.nonzero((s > 0) & (s < self.slots)).flatten()
+
+    def to(self, device):
+        """A copy on `device` that keeps every stride (row padding, the SD layout)."""
+        fields = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            fields[f.name] = _copy_strided(v, device) if isinstance(v, torch.Tensor) else v
+        return Problem(**fields)
+
+    def with_fresh_state(self, state, conv_state, output):
+        """The same inputs over other (mutable) state, conv_state and output tensors."""
+        return dataclasses.replace(self, state=state, conv_state=conv_state, output=output)
+
+
+def _copy_strided(t, device=None):
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device or t.device)
+    out.copy_(t)
+    return out
+
+
+def clone_strided(t):
+    """A copy with the same strides (clone() would not keep the padding of a padded view)."""
+    return _copy_strided(t)
+
+
+def _rows(R, n, pad, dtype, device):
+    # Row stride n + pad: engines hand over slices of wider buffers.
+    base = torch.empty(R, n + pad, dtype=dtype, device=device)
+    return base[:, :n]
+
+
+def make_problem(heads, live_rows, state_dtype, device, seed, *, null_rows=0, oob_rows=0, spare_slots=3,
+                 row_pad=0, norm_eps=1e-5, lower_bound=-5.0):
+    """Inputs drawn as spec section 8 says; live rows get distinct slots in a shuffled
+    order, null rows slot 0, out-of-range rows a slot >= S. S = live rows + the null
+    slot + spare_slots (R + 4 by default, as kdajit_bench). The output is poisoned (NaN)."""
+    H, hidden = heads, heads * D
+    qkv = 3 * hidden
+    R = live_rows + null_rows + oob_rows
+    S = live_rows + 1 + spare_slots  # slot 0 is the null slot
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+
+    def randn(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale + shift
+
+    def fill_rows(n, pad, dtype, scale=1.0):
+        t = _rows(R, n, pad, dtype, device)
+        t.copy_(randn(R, n, scale=scale))
+        return t
+
+    x = fill_rows(qkv, row_pad, torch.bfloat16)
+    raw_gate = fill_rows(hidden, row_pad, torch.bfloat16).unflatten(1, (H, D))
+    raw_beta = fill_rows(H, row_pad, torch.bfloat16)
+    output_gate = fill_rows(hidden, row_pad, torch.bfloat16).unflatten(1, (H, D))
+    output = _rows(R, hidden, row_pad, torch.bfloat16, device).unflatten(1, (H, D))
+    output.fill_(float("nan"))
+
+    # SD layout: taps slow, channels contiguous: a [S, 3, qkv] buffer seen as [S, qkv, 3].
+    conv_state = torch.empty(S, TAPS, qkv, dtype=torch.bfloat16, device=device).transpose(1, 2)
+    conv_state.copy_(randn(S, qkv, TAPS))
+    state = (randn(S, H, D, D, scale=0.1)).to(state_dtype)
+
+    slots = torch.randperm(S - 1, generator=gen, device=device)[:live_rows] + 1
+    special = [0] * null_rows + [S + 7 + i for i in range(oob_rows)]
+    idx = torch.cat([slots, torch.tensor(special, dtype=slots.dtype, device=device)])
+    idx = idx[torch.randperm(R, generator=gen, device=device)].to(torch.int32).contiguous()
+
+    return Problem(
+        x=x,
+        conv_weight=randn(3, W, hidden, scale=0.5),
+        conv_state=conv_state,
+        raw_gate=raw_gate,
+        raw_beta=raw_beta,
+        A_log=randn(H, scale=0.5),
+        dt_bias=randn(hidden, scale=0.1),
+        state_indices=idx,
+        state=state,
+        output_gate=output_gate,
+        norm_weight=randn(D, scale=0.1, shift=1.0),
+        output=output,
+        lower_bound=lower_bound,
+        norm_eps=norm_eps,
+    )
+
+
+def _bf16(t):
+    return t.to(torch.bfloat16).to(torch.float64)
+
+
+def reference(p):
+    """Spec section 2 in float64 on the CPU with rounding points 1-4.
+
+    Returns (output, state, conv_state) after the call: full tensors, untouched
+    slots copied from p, null and out-of-range rows zero."""
+    p = p.to("cpu")
+    H, hidden = p.heads, p.heads * D
+    out = torch.zeros(p.rows, H, D, dtype=torch.float64)
+    state = p.state.clone()
+    conv = p.conv_state.clone()
+    # Per channel c = j*hidden + h*D + d its four taps: weight[j, :, h*D+d].
+    w = p.conv_weight.double().permute(0, 2, 1).reshape(3 * hidden, W)
+    gate_bias = p.dt_bias.double().view(H, D)
+    A = torch.exp(p.A_log.double()).view(H, 1)
+    for r in range(p.rows):
+        s = int(p.state_indices[r])
+        if not 0 < s < p.slots:
+            continue
+        hist = p.conv_state[s].double()  # [qkv, 3]
+        xr = p.x[r].double()
+        a = (hist * w[:, :TAPS]).sum(1) + w[:, TAPS] * xr
+        m = _bf16(a * torch.sigmoid(a))
+        conv[s] = torch.stack([p.conv_state[s][:, 1], p.conv_state[s][:, 2], p.x[r]], dim=1)
+        q, k, v = m.view(3, H, D)
+        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * D ** -0.5
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        g = p.raw_gate[r].double() + gate_bias
+        if p.gate_softplus:
+            sp = torch.where(g > 20, g, torch.log1p(torch.exp(g)))
+            gv = -A * sp
+        else:
+            gv = p.lower_bound * torch.sigmoid(A * g)
+        decay = torch.exp(gv)  # [H, K]
+        beta = torch.sigmoid(p.raw_beta[r].double()).view(H, 1)
+        St = p.state[s].double() * decay[:, None, :]  # [H, V, K]
+        u = torch.einsum("hvk,hk->hv", St, k)
+        delta = beta * (v - u)
+        St = St + delta[:, :, None] * k[:, None, :]
+        o = torch.einsum("hvk,hk->hv", St, q)
+        state[s] = St.to(state.dtype)
+        ob = _bf16(o)
+        y = ob * torch.rsqrt((ob * ob).mean(-1, keepdim=True) + p.norm_eps)
+        y = y * p.norm_weight.double() * torch.sigmoid(p.output_gate[r].double())
+        out[r] = _bf16(y)
+    return out.to(torch.bfloat16), state, conv
+
+
+def rel_l2(got, ref):
+    """||got - ref|| / ||ref|| in float64; NaN anywhere (e.g. an unwritten poisoned
+    output) gives NaN, which fails every `<` tolerance test."""
+    g, r = got.double(), ref.double()
+    den = torch.linalg.vector_norm(r).item()
+    num = torch.linalg.vector_norm(g - r).item()
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
