@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "catch.hpp"
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
 
@@ -170,6 +171,27 @@ struct FakeBuild {
     };
   }
 };
+
+// Forks a child that takes an exclusive flock() on `lock_path` (as a live
+// writer holding a key's lock would) and returns its pid once it holds it.
+// The caller ends it with kill(pid, SIGKILL) and wait_child(pid).
+inline pid_t hold_lock_in_child(const std::string& lock_path) {
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t pid = spawn_child([&] {
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 1;
+    char c = 'x';
+    if (::write(ready[1], &c, 1) != 1) return 2;
+    ::pause();
+    return 0;
+  });
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return pid;
+}
 
 inline KernelKey key_h(int heads, int t = 2, Arch arch = Arch::sm_90) {
   return KernelKey{Op::packed, heads, StateDtype::bf16, ConvLayout::ds, t, Gate::bounded, Route::rowcta, arch};

@@ -258,18 +258,7 @@ TEST_CASE("a holder stuck forever delays a build by lock_patience, not forever",
   FakeBuild fb(key_h(16));
   std::string lock_path;
   { lock_path = KernelCache(opts(root.path())).root() + "/locks/" + key_name(fb.key) + "." + fb.hash.substr(0, 16) + ".lock"; }
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  pid_t pid = spawn_child([&] {
-    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
-    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 1;
-    char c = 'x';
-    if (::write(ready[1], &c, 1) != 1) return 2;
-    ::pause();
-    return 0;
-  });
-  char c = 0;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
+  pid_t pid = hold_lock_in_child(lock_path);
   CacheOptions o = opts(root.path());
   o.lock_patience = std::chrono::seconds(1);
   KernelCache cache(o);
@@ -288,6 +277,4 @@ TEST_CASE("a holder stuck forever delays a build by lock_patience, not forever",
   CHECK(waited >= std::chrono::seconds(1));
   CHECK(waited < std::chrono::seconds(5));
   CHECK(count_lines(log, "kdajit: warning: another process has been building " + key_name(fb.key)) == 1);
-  ::close(ready[0]);
-  ::close(ready[1]);
 }

@@ -465,19 +465,7 @@ TEST_CASE("stale staging dirs are swept by age unless their key lock is held", "
   }
   SECTION("age 0 but the key lock is held by another process: kept") {
     // The child holds the key's lock the way a live writer would.
-    int ready[2];
-    REQUIRE(::pipe(ready) == 0);
-    std::string lock_path = root / ("locks/" + stem + ".lock");
-    pid_t pid = spawn_child([&] {
-      int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
-      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return 1;
-      char c = 'x';
-      if (::write(ready[1], &c, 1) != 1) return 2;
-      ::pause();
-      return 0;
-    });
-    char c = 0;
-    REQUIRE(::read(ready[0], &c, 1) == 1);
+    pid_t pid = hold_lock_in_child(root / ("locks/" + stem + ".lock"));
     CacheOptions o = opts(root.path());
     o.tmp_max_age = std::chrono::seconds(0);
     KernelCache cache(o);
@@ -487,8 +475,6 @@ TEST_CASE("stale staging dirs are swept by age unless their key lock is held", "
     wait_child(pid);
     CHECK(cache.sweep_tmp(std::chrono::seconds(0)) == 1);
     CHECK(fs::is_empty(root / "tmp"));
-    ::close(ready[0]);
-    ::close(ready[1]);
   }
 }
 
