@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -25,6 +24,7 @@
 #include "kdajit/env.hpp"
 #include "kdajit/generator.hpp"
 #include "kdajit/log.hpp"
+#include "kdajit/parallel.hpp"
 #include "kdajit/runtime/compiler.hpp"
 #include "kdajit/runtime/driver_api.hpp"
 
@@ -405,29 +405,23 @@ void add_prewarm(CLI::App& app) {
     std::vector<PrewarmRow> rows(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) rows[i].key = keys[i];
     Progress progress(rows.size());
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < rows.size();) {
-        PrewarmRow& row = rows[i];
-        const auto k0 = std::chrono::steady_clock::now();
-        auto in = make_build_inputs(row.key);
-        Result<CacheLookup> r = in ? cache->lookup(row.key, input_hash(*in), build_fn_for(*in))
-                                   : Result<CacheLookup>(in.error());
-        row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
-        if (r) {
-          row.status = r->source == CacheSource::built ? "compiled" : "cached";
-          row.dir = r->entry->dir;
-          progress.report(fmt::format("{}  {}  {:.0f} ms", key_name(row.key), row.status, row.ms));
-        } else {
-          row.error = r.error().message;
-          if (!r.error().detail.empty()) row.error += "\n" + r.error().detail;
-          progress.report(fmt::format("{}  FAILED", key_name(row.key)));
-        }
+    parallel_for(rows.size(), o->jobs, [&](size_t i) {
+      PrewarmRow& row = rows[i];
+      const auto k0 = std::chrono::steady_clock::now();
+      auto in = make_build_inputs(row.key);
+      Result<CacheLookup> r = in ? cache->lookup(row.key, input_hash(*in), build_fn_for(*in))
+                                 : Result<CacheLookup>(in.error());
+      row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
+      if (r) {
+        row.status = r->source == CacheSource::built ? "compiled" : "cached";
+        row.dir = r->entry->dir;
+        progress.report(fmt::format("{}  {}  {:.0f} ms", key_name(row.key), row.status, row.ms));
+      } else {
+        row.error = r.error().message;
+        if (!r.error().detail.empty()) row.error += "\n" + r.error().detail;
+        progress.report(fmt::format("{}  FAILED", key_name(row.key)));
       }
-    };
-    std::vector<std::thread> pool;
-    for (size_t t = 0; t < std::min<size_t>(o->jobs, rows.size()); ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+    });
     progress.finish();
 
     size_t compiled = 0, cached = 0, failed = 0, not_stored = 0;

@@ -1,6 +1,5 @@
 // `kdajit show KEY` and `kdajit compile KEY... | --preset NAME`: the generator
 // and NVRTC without any cache.
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -10,6 +9,7 @@
 
 #include "commands.hpp"
 #include "kdajit/generator.hpp"
+#include "kdajit/parallel.hpp"
 #include "kdajit/runtime/compiler.hpp"
 
 namespace kdajit::cli {
@@ -55,33 +55,27 @@ void add_compile_commands(CLI::App& app) {
     if (rows.empty()) throw Failure("compile: expected at least one KEY or --preset NAME");
     if (!o->out.empty()) std::filesystem::create_directories(o->out);
 
-    std::atomic<size_t> next{0};
     std::mutex print_mu;
-    auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < rows.size();) {
-        CompileRow& row = rows[i];
-        auto in = make_build_inputs(row.key);
-        auto ck = in ? compile(*in) : Result<CompiledKernel>(in.error());
-        std::lock_guard lock(print_mu);
-        if (!ck) {
-          row.error = ck.error().message + "\n" + ck.error().detail;
-          fmt::print("{}  FAILED\n{}\n", key_name(row.key), row.error);
-          continue;
-        }
-        row.result = std::move(*ck);
-        const auto& r = row.result->resources;
-        fmt::print("{}  {:.0f} ms  {} registers  {} bytes spilled{}\n", key_name(row.key), row.result->compile_ms,
-                   r.registers, r.spill_bytes, r.spill_bytes + r.stack_bytes > 0 ? "  SPILL" : "");
-        std::fflush(stdout);
-        if (!o->out.empty()) {
-          std::ofstream(fmt::format("{}/{}.cubin", o->out, key_name(row.key)), std::ios::binary) << row.result->cubin;
-          std::ofstream(fmt::format("{}/{}.cu", o->out, key_name(row.key)), std::ios::binary) << in->source;
-        }
+    parallel_for(rows.size(), o->jobs, [&](size_t i) {
+      CompileRow& row = rows[i];
+      auto in = make_build_inputs(row.key);
+      auto ck = in ? compile(*in) : Result<CompiledKernel>(in.error());
+      std::lock_guard lock(print_mu);
+      if (!ck) {
+        row.error = ck.error().message + "\n" + ck.error().detail;
+        fmt::print("{}  FAILED\n{}\n", key_name(row.key), row.error);
+        return;
       }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < std::min<size_t>(o->jobs, rows.size()); ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+      row.result = std::move(*ck);
+      const auto& r = row.result->resources;
+      fmt::print("{}  {:.0f} ms  {} registers  {} bytes spilled{}\n", key_name(row.key), row.result->compile_ms,
+                 r.registers, r.spill_bytes, r.spill_bytes + r.stack_bytes > 0 ? "  SPILL" : "");
+      std::fflush(stdout);
+      if (!o->out.empty()) {
+        std::ofstream(fmt::format("{}/{}.cubin", o->out, key_name(row.key)), std::ios::binary) << row.result->cubin;
+        std::ofstream(fmt::format("{}/{}.cu", o->out, key_name(row.key)), std::ios::binary) << in->source;
+      }
+    });
 
     size_t failed = 0, spilled = 0;
     for (const auto& row : rows) {

@@ -1,7 +1,6 @@
 // NVRTC on a machine without a GPU: a covering set of keys compiles for sm_90
 // and sm_100a with no spills and no stack, and a broken source gives an error
 // value that names the key and carries the log and the failing line.
-#include <atomic>
 #include <set>
 #include <thread>
 
@@ -9,6 +8,7 @@
 
 #include "catch.hpp"
 #include "kdajit/generator.hpp"
+#include "kdajit/parallel.hpp"
 #include "kdajit/runtime/compiler.hpp"
 
 using namespace kdajit;
@@ -81,16 +81,10 @@ TEST_CASE("a covering set compiles for sm_90 and sm_100a with zero spills", "[co
     Result<CompiledKernel> result = Error();
   };
   std::vector<Row> rows(keys.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < keys.size();) {
-      auto in = make_build_inputs(keys[i]);
-      rows[i].result = in ? compile(*in) : Result<CompiledKernel>(in.error());
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  parallel_for(keys.size(), std::max(2u, std::thread::hardware_concurrency()), [&](size_t i) {
+    auto in = make_build_inputs(keys[i]);
+    rows[i].result = in ? compile(*in) : Result<CompiledKernel>(in.error());
+  });
 
   for (size_t i = 0; i < keys.size(); ++i) {
     INFO(key_name(keys[i]));
