@@ -20,9 +20,9 @@ extern "C" {
 #define KDAJIT_API
 #endif
 
-#define KDAJIT_VERSION_MAJOR 0
-#define KDAJIT_VERSION_MINOR 1
-#define KDAJIT_VERSION_PATCH 0
+/* KDAJIT_VERSION_MAJOR/MINOR/PATCH and KDAJIT_VERSION_STRING, generated from the
+ * project's version by the build. */
+#include "kdajit/kdajit_version.h"
 
 /* Status of every call (§6). H > 128 and T > 16 are UNSUPPORTED; every other
  * contract violation is INVALID_ARGUMENT. kdajit_status_string() names a code. */
@@ -178,7 +178,7 @@ typedef enum kdajit_log_level {
 } kdajit_log_level_t;
 
 /* Options of kdajit_runtime_create; kdajit_runtime_options_init() sets the
- * defaults (all NULL, device -1, log level default). */
+ * defaults (all NULL, device -1, log level default, use_tuning 1, pdl 0). */
 typedef struct kdajit_runtime_options {
   const char* cache_dir; /* NULL: KDAJIT_CACHE_DIR, $XDG_CACHE_HOME/kdajit, ~/.cache/kdajit */
   const char* arch;      /* NULL: from the device; else e.g. "sm_90a" */
@@ -186,6 +186,17 @@ typedef struct kdajit_runtime_options {
    * current context); >= 0: the primary context of that device ordinal. */
   int32_t device;        /* -1: the device of the current context */
   kdajit_log_level_t log_level;
+  /* NULL or "": the selector picks the route per call (§5). Else a route name
+   * of `kdajit routes` that every call runs with; a call it cannot serve
+   * exactly fails with UNSUPPORTED (for tests and benchmarks). */
+  const char* route;
+  /* 1: prefer a route table written by `kdajit tune` into the cache when one
+   * matches this GPU, driver, NVRTC and kdajit; 0: the built-in bands only. */
+  int32_t use_tuning;
+  /* 1: launch with programmatic stream serialization (PDL): the kernel's
+   * prologue overlaps the previous kernel on the stream, and it waits on the
+   * grid dependency before reading anything that kernel may write. */
+  int32_t pdl;
 } kdajit_runtime_options_t;
 
 /* A configuration for the static support query: the key fields of §5 that a
@@ -203,6 +214,11 @@ typedef struct kdajit_config {
   const char* arch;        /* e.g. "sm_90"; NULL: use device */
   /* -1 with arch NULL: the current context's device, else device 0. */
   int32_t device;          /* used when arch is NULL: a CUDA device ordinal */
+  /* The promise the calls will make (§3); the selector's input. */
+  kdajit_indices_mode_t state_indices_mode;
+  /* SM count the selector assumes; 0: the device's (when a GPU is present),
+   * else the reference part of the arch (132 for sm_90/sm_90a, 148 for sm_100a). */
+  int32_t sm_count;
 } kdajit_config_t;
 
 typedef struct kdajit_runtime kdajit_runtime_t;
@@ -212,6 +228,9 @@ KDAJIT_API const char* kdajit_version(void);
 KDAJIT_API const char* kdajit_status_string(kdajit_status_t status);
 /* The calling thread's message for its last failed call ("" if none). */
 KDAJIT_API const char* kdajit_last_error(void);
+/* The detail of that failure ("" if none): for a compile, the options, the
+ * NVRTC log and the failing source line. */
+KDAJIT_API const char* kdajit_last_error_detail(void);
 
 KDAJIT_API void kdajit_runtime_options_init(kdajit_runtime_options_t* options);
 KDAJIT_API kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* options,
@@ -234,9 +253,45 @@ KDAJIT_API kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const
 KDAJIT_API kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t* args);
 
 /* Supported or not, and why, without compiling or touching the GPU (unless
- * config->arch is NULL, when the device's compute capability is read).
+ * config->arch is NULL, when the device's compute capability is read). It runs
+ * the same validation as a call, on a synthetic call of this configuration.
  * reason may be NULL; it receives "" when supported. */
 KDAJIT_API kdajit_status_t kdajit_query_support(const kdajit_config_t* config, char* reason, size_t reason_size);
+
+/* Defaults: single, 64 heads, f32, SD, T = 1, bounded, arch NULL, device -1,
+ * UNIQUE_OR_NULL, sm_count 0. */
+KDAJIT_API void kdajit_config_init(kdajit_config_t* config);
+
+/* The kernel key name (e.g. "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.
+ * route_rowcta.sm_90") the built-in selector picks for config at `rows` rows
+ * (single op) or sequences (packed op). A name longer than key_name_size is
+ * an INVALID_ARGUMENT. */
+KDAJIT_API kdajit_status_t kdajit_config_key(const kdajit_config_t* config, int64_t rows, char* key_name,
+                                             size_t key_name_size);
+
+/* Every kernel key name the selector can pick for config at any rows,
+ * newline-separated, NUL-terminated. *needed (required) receives the bytes
+ * needed including the NUL; call with buf NULL to size it. */
+KDAJIT_API kdajit_status_t kdajit_config_keys(const kdajit_config_t* config, char* buf, size_t buf_size,
+                                              size_t* needed);
+
+/* Makes sure kernel key_name is in the runtime's cache, compiling it with NVRTC
+ * when missing (no GPU needed). *compiled (may be NULL) receives 1 when this
+ * call compiled it, 0 when it was cached. */
+KDAJIT_API kdajit_status_t kdajit_runtime_prewarm(kdajit_runtime_t* runtime, const char* key_name,
+                                                  int32_t* compiled);
+
+/* The kernel key name a call with these args would launch on stream:
+ * validation and route selection (which reads the stream's device once);
+ * nothing is compiled or launched. */
+KDAJIT_API kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op,
+                                               const kdajit_decode_args_t* args, kdajit_stream_t stream,
+                                               char* key_name, size_t key_name_size);
+
+/* A candidate path to the NVRTC library, tried after KDAJIT_NVRTC and before the
+ * system's (the Python package passes its environment's nvidia NVRTC). Only
+ * before the first compile; INVALID_ARGUMENT after it or for NULL. */
+KDAJIT_API kdajit_status_t kdajit_add_nvrtc_candidate(const char* path);
 
 #ifdef __cplusplus
 }

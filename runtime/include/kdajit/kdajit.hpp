@@ -26,7 +26,8 @@ using StreamHandle = kdajit_stream_t;
 // INVALID_ARGUMENT.
 struct Outcome {
   kdajit_status_t code = KDAJIT_OK;
-  std::string message;
+  std::string message;  // one line
+  std::string detail;   // multi-line, may be empty: a compile's options, NVRTC log and failing source line
 
   bool ok() const { return code == KDAJIT_OK; }
   explicit operator bool() const { return ok(); }
@@ -38,6 +39,17 @@ struct RuntimeOptions {
   // >= 0: pins the primary context of that device ordinal.
   int device = -1;        // -1: the context of each call's stream
   kdajit_log_level_t log_level = KDAJIT_LOG_DEFAULT;
+  // Empty: the selector picks the route per call (§5). Else a route name of
+  // `kdajit routes` that every call runs with; a call it cannot serve exactly
+  // fails with UNSUPPORTED (tests, benchmarks).
+  std::string route;
+  // Prefer a route table written by `kdajit tune` into the cache when one
+  // matches this GPU, driver, NVRTC and kdajit; false: the built-in bands only.
+  bool use_tuning = true;
+  // Launch with programmatic stream serialization (PDL): the kernel's prologue
+  // overlaps the previous kernel; it waits on the grid dependency before it
+  // reads anything that kernel may write.
+  bool pdl = false;
 };
 
 // Default-initialised decode arguments (gate bounded, lower_bound -5,
@@ -61,6 +73,14 @@ class KDAJIT_API Runtime {
   // rejects state_indices_mode repeated_positive.
   Outcome single_decode(const DecodeArgs& args, StreamHandle stream);
   Outcome packed_decode(const DecodeArgs& args, StreamHandle stream);
+
+  // The kernel key name a call with these args would launch on `stream`
+  // (validation and route selection; nothing compiled or launched).
+  Outcome selected_key(kdajit_op_t op, const DecodeArgs& args, StreamHandle stream, std::string* key_name);
+
+  // Makes sure kernel `key_name` is in this runtime's cache (NVRTC compile when
+  // missing; no GPU needed). *compiled (may be null): whether this call compiled.
+  Outcome prewarm(const std::string& key_name, bool* compiled);
 
   // Supported or not, with the reason, without compiling or touching the GPU
   // (unless config.arch is null: then the device's arch is read).
