@@ -45,7 +45,10 @@ LaunchGrid split_grid(const CallShape& c) {
 
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
-const RouteSpec kRoutes[] = {
+// constexpr: constant-initialised, so other translation units may read the
+// table from their own static initialisers (the GPU tests register their test
+// cases from one).
+constexpr RouteSpec kRoutes[] = {
     {Route::rowcta, "one CTA per (row or sequence, head); the state slice in registers, all loads issued first",
      {"kda_single_rowcta.cu", "kda_packed_rowcta.cu"}, 1, rowcta_threads, not_repeated, kNotRepeated, rowcta_grid},
     {Route::sequential, "one CTA per head walks the rows in row order (repeated slots see the previous row's update)",

@@ -23,6 +23,21 @@ CallShape shape(Op op, int heads, int64_t rows, int64_t seqs = 0, IndicesMode mo
   return c;
 }
 
+// Other translation units read the table while they are initialised (the GPU
+// tests register one test case per preset key from a static initialiser): the
+// table must be constant-initialised, never dynamically after them.
+const size_t kPresetKeysAtStaticInit = [] {
+  auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
+  return keys ? keys->size() : 0;
+}();
+
+TEST_CASE("route table: usable during static initialisation", "[routes]") {
+  auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
+  REQUIRE(keys.ok());
+  CHECK(kPresetKeysAtStaticInit == keys->size());
+  CHECK(kPresetKeysAtStaticInit > 64);
+}
+
 TEST_CASE("route table: one complete row per route, in enum order", "[routes]") {
   const auto table = route_table();
   REQUIRE(table.size() == KeyField<Route>::values.size());

@@ -148,6 +148,7 @@ void check_key(const KernelKey& key, int index) {
       ProblemSpec s = spec_for(key, seed + 5);
       s.rows = 11;
       s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+      s.null_rows = s.oob_rows = 0;  // the mode promises positive slots
       s.norm_eps = eps;
       DYNAMIC_SECTION("repeated slots") { check_problem(s, rt); }
     }
@@ -467,7 +468,10 @@ TEST_CASE("sanitizer cases", "[sanitize]") {
           ProblemSpec s = ref::default_spec(key_of(op, 4, st, op == Op::single ? ConvLayout::sd : ConvLayout::ds,
                                                    op == Op::single ? 1 : 3),
                                             99);
-          if (route == Route::sequential) s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+          if (route == Route::sequential) {
+            s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+            s.null_rows = s.oob_rows = 0;  // the mode promises positive slots
+          }
           check_problem(s, runtime_for(route));
         }
       }
