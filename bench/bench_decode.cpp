@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "compile_kernels.hpp"
+#include "device_data.hpp"
 #include "grid.hpp"
 #include "kdajit_api.hpp"
 #include "measure.hpp"
@@ -397,9 +398,24 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kFloorShapeCount; ++i) shapes.push_back(i);
 
   if (o.list) {
-    fmt::print("{:<34} {:>14}\n", "cell", "bytes/call");
-    for (const Cell& c : *cells) fmt::print("{:<34} {:>14}\n", cell_name(c), bytes_per_call(c));
+    // Each cell's arguments (stand-in pointers) through kdajit's validation and the floor's checks.
     const auto fams = make_families(*cells);
+    std::vector<std::string> arg_errors(cells->size());
+    for (const Family& f : fams)
+      for (size_t ci : f.cells) {
+        const Cell& c = (*cells)[ci];
+        const kdajit_decode_args_t a = narrow_args(c, stand_in_args(f.shape));
+        if (kdajit_validate_args(c.op, &a) != KDAJIT_OK)
+          arg_errors[ci] = fmt::format("kdajit_validate_args: {}", kdajit_last_error());
+        else if (auto fp = floor_params(c, a); !fp)
+          arg_errors[ci] = fp.error().message;
+      }
+    fmt::print("{:<34} {:>14}  {}\n", "cell", "bytes/call", "args");
+    for (size_t i = 0; i < cells->size(); ++i)
+      fmt::print("{:<34} {:>14}  {}\n", cell_name((*cells)[i]), bytes_per_call((*cells)[i]),
+                 arg_errors[i].empty() ? "ok" : arg_errors[i]);
+    const size_t bad_args = static_cast<size_t>(std::count_if(arg_errors.begin(), arg_errors.end(),
+                                                              [](const std::string& e) { return !e.empty(); }));
     size_t dev = 0;
     for (const auto& f : fams) dev = std::max(dev, DeviceData::bytes_needed(f.shape));
     fmt::print("{} cells in {} families (largest family {:.2f} GiB of device buffers); routes timed: {}\n",
@@ -407,7 +423,8 @@ int main(int argc, char** argv) {
                routes->empty() ? std::string("selector only") : fmt::format("{}", fmt::join(*routes, ", ")));
     fmt::print("estimated GPU time on an H200: {:.0f} s (plus setup: prewarm compiles, NVRTC)\n",
                estimate_seconds(o, *cells));
-    return 0;
+    if (bad_args > 0) fmt::print("{} cells with invalid arguments\n", bad_args);
+    return bad_args > 0 ? kExitFailed : 0;
   }
 
   int rc = kExitFailed;

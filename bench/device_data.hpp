@@ -40,6 +40,10 @@ kdajit_decode_args_t layout_args(const Cell& shape);
 // The arguments of a smaller cell of the family: the first rows / sequences.
 kdajit_decode_args_t narrow_args(const Cell& c, const kdajit_decode_args_t& family_args);
 
+// layout_args with stand-in data pointers (aligned, never dereferenced): enough
+// for validation and route selection, which read no memory.
+kdajit_decode_args_t stand_in_args(const Cell& shape);
+
 class DeviceData {
  public:
   // Device bytes the family's buffers take.

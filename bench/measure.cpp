@@ -38,20 +38,6 @@ Result<std::unique_ptr<Runtime>> make_runtime(const Options& o, const std::strin
   return rt;
 }
 
-// A call's argument views with stand-in data pointers (aligned, never read):
-// enough for route selection, which reads no memory.
-kdajit_decode_args_t stand_in_args(const Cell& c) {
-  kdajit_decode_args_t a = layout_args(c);
-  uintptr_t at = uintptr_t{1} << 36;
-  for (kdajit_tensor_t* t : {&a.x, &a.conv_weight, &a.conv_state, &a.raw_gate, &a.raw_beta, &a.A_log, &a.dt_bias,
-                             &a.state_indices, &a.state, &a.output_gate, &a.norm_weight, &a.output,
-                             &a.query_start_loc, &a.num_accepted_tokens}) {
-    if (t->ndim > 0) t->data = reinterpret_cast<void*>(at);
-    at += uintptr_t{1} << 36;
-  }
-  return a;
-}
-
 // One kdajit runtime's call: the key it selects, a first call (a disk-cache load
 // after the prewarm), two warm-up calls, then `calls` calls captured in one graph
 // and replayed with the L2 flush (and without it when `warm`).
@@ -143,12 +129,16 @@ std::vector<std::string> keys_to_prewarm(Bench& b, const std::vector<Cell>& cell
     std::string key;
     if (rt && selected_key(*rt, c.op, a, b.stream, &key)) keys.insert(key);
   };
-  for (const Cell& c : cells) {
-    const kdajit_decode_args_t a = stand_in_args(c);
-    add(b.main.get(), c, a);
-    add(b.tuned.get(), c, a);
-    add(b.pdl.get(), c, a);
-    for (auto& [name, rt] : b.by_route) add(rt.get(), c, a);
+  for (const Family& f : make_families(cells)) {
+    const kdajit_decode_args_t base = stand_in_args(f.shape);
+    for (size_t ci : f.cells) {
+      const Cell& c = cells[ci];
+      const kdajit_decode_args_t a = narrow_args(c, base);  // what the run passes, but for the pointers
+      add(b.main.get(), c, a);
+      add(b.tuned.get(), c, a);
+      add(b.pdl.get(), c, a);
+      for (auto& [name, rt] : b.by_route) add(rt.get(), c, a);
+    }
   }
   return {keys.begin(), keys.end()};
 }
