@@ -197,13 +197,6 @@ int run(Bench& b, const std::vector<Cell>& cells, Clock::time_point t_start) {
   };
   const std::vector<Family> fams = make_families(cells);
   fmt::print(stderr, "kdajit_bench: {} cells in {} families\n", cells.size(), fams.size());
-  if (Status st = setup(); !st) {
-    fmt::print(stderr, "kdajit_bench: setup: {}\n", st.error().message);
-    return gpu_hung() ? kExitHung : kExitFailed;
-  }
-  fmt::print(stderr, "kdajit_bench: {} ({} SMs, {}), copy roofline {:.0f} GB/s, memset host {:.2f} us\n",
-             b.gpu.value("name", std::string("?")), b.sms, b.arch, b.copy_gbps, b.memset_host_us.median);
-
   int rc = kExitOk;
   std::string run_status = "running";  // what a JSON written mid-run (or left by a killed run) says
   auto save = [&] {
@@ -213,6 +206,16 @@ int run(Bench& b, const std::vector<Cell>& cells, Clock::time_point t_start) {
       if (rc == kExitOk) rc = kExitFailed;
     }
   };
+  if (Status st = setup(); !st) {
+    fmt::print(stderr, "kdajit_bench: setup: {}\n", st.error().message);
+    rc = gpu_hung() ? kExitHung : kExitFailed;
+    run_status = gpu_hung() ? "gpu_hung" : "failed";
+    for (CellResult& m : results) m.error = "setup failed: " + st.error().message;
+    save();
+    return rc;
+  }
+  fmt::print(stderr, "kdajit_bench: {} ({} SMs, {}), copy roofline {:.0f} GB/s, memset host {:.2f} us\n",
+             b.gpu.value("name", std::string("?")), b.sms, b.arch, b.copy_gbps, b.memset_host_us.median);
   // A failure that leaves the context unusable (a sticky error, a hang) stops the run.
   auto context_usable = [&] {
     if (gpu_hung()) return false;

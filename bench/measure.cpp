@@ -120,6 +120,14 @@ Status create_runtimes(Bench& b) {
     else
       b.route_errors[name] = rt.error().message;
   }
+  // Say so when an option cannot be honoured (the cells record n/a; the JSON's `api` block has the details).
+  if (o.tuning == "on" && !kHasTuningOption)
+    fmt::print(stderr, "kdajit_bench: --tuning on: this kdajit has no RuntimeOptions::use_tuning (the selector as is)\n");
+  if (!b.tuned_error.empty()) fmt::print(stderr, "kdajit_bench: --tuning both: {}\n", b.tuned_error);
+  if (!b.pdl_error.empty()) fmt::print(stderr, "kdajit_bench: --pdl: {}\n", b.pdl_error);
+  for (const auto& [name, why] : b.route_errors) fmt::print(stderr, "kdajit_bench: --routes {}: {}\n", name, why);
+  if (!b.routes.empty() && !kHasRouteOption)
+    fmt::print(stderr, "kdajit_bench: --routes: this kdajit has no RuntimeOptions::route; 'rowcta' is the selector\n");
   return {};
 }
 
