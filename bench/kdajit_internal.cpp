@@ -7,13 +7,21 @@
 #include <mutex>
 #include <thread>
 
+// The internal layout before the route API (runtime/internal/kdajit/runtime/*.hpp).
+#if __has_include("kdajit/runtime/kernels.hpp") && __has_include("kdajit/runtime/validate.hpp")
+#define KDAJIT_BENCH_OLD_INTERNALS 1
 #include "kdajit/kernel_key.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/runtime/driver_api.hpp"
 #include "kdajit/runtime/kernels.hpp"
 #include "kdajit/runtime/validate.hpp"
+#else
+#define KDAJIT_BENCH_OLD_INTERNALS 0
+#endif
 
 namespace kdajit::bench {
+
+#if KDAJIT_BENCH_OLD_INTERNALS
 
 PrewarmResult prewarm_keys(const std::string& cache_dir, const std::vector<std::string>& key_names, int jobs,
                            bool verbose) {
@@ -54,11 +62,27 @@ PrewarmResult prewarm_keys(const std::string& cache_dir, const std::vector<std::
 
 Outcome internal_selected_key(kdajit_op_t op, const DecodeArgs& args, int device, std::string* key) {
   auto call = validate_decode(op == KDAJIT_OP_SINGLE ? Op::single : Op::packed, args);
-  if (!call) return {static_cast<kdajit_status_t>(call.error().code), call.error().message};
+  if (!call) return make_outcome(static_cast<kdajit_status_t>(call.error().code), call.error().message);
   auto arch = local_arch(device);
-  if (!arch) return {static_cast<kdajit_status_t>(arch.error().code), arch.error().message};
+  if (!arch) return make_outcome(static_cast<kdajit_status_t>(arch.error().code), arch.error().message);
   *key = key_name(key_for_call(*call, *arch));
   return {};
 }
+
+#else  // the public API has Runtime::prewarm and Runtime::selected_key: these are never called
+
+PrewarmResult prewarm_keys(const std::string&, const std::vector<std::string>& key_names, int, bool) {
+  PrewarmResult out;
+  out.keys = key_names.size();
+  out.failed = key_names.size();
+  for (const auto& k : key_names) out.errors.push_back(k + ": no prewarm in this kdajit");
+  return out;
+}
+
+Outcome internal_selected_key(kdajit_op_t, const DecodeArgs&, int, std::string*) {
+  return make_outcome(KDAJIT_ERROR_UNSUPPORTED, "this kdajit has no Runtime::selected_key and the bench no internals for it");
+}
+
+#endif
 
 }  // namespace kdajit::bench

@@ -17,7 +17,7 @@ Bench::~Bench() {
 Status outcome_status(const Outcome& o, const char* what) {
   if (o) return {};
   return Error(static_cast<ErrorCode>(o.code),
-               fmt::format("{}: {} ({})", what, o.message, kdajit_status_string(o.code)));
+               fmt::format("{}: {} ({})", what, outcome_text(o), kdajit_status_string(o.code)));
 }
 
 Outcome decode(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& a, cudaStream_t s) {

@@ -155,6 +155,7 @@ json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vect
         {"use_tuning_option", kHasTuningOption},
         {"pdl_option", kHasPdlOption},
         {"selected_key", kHasSelectedKey},
+        {"prewarm", kHasPrewarm},
         {"route_table", kHasRouteTable}}},
       {"settings",
        {{"iters", o.iters},
