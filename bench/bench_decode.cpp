@@ -157,7 +157,7 @@ Status prepare_kernels(Bench& b, const std::vector<Cell>& cells) {
   std::thread nvrtc([&] { cubins = compile_bench_kernels(b.arch, max_t); });
   const std::vector<std::string> keys = keys_to_prewarm(b, cells);
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  b.prewarm = prewarm(*b.main, b.opt.cache_dir, keys, b.opt.jobs > 0 ? b.opt.jobs : std::max(1, hw - 1), b.opt.verbose);
+  b.prewarm = prewarm(*b.main, keys, b.opt.jobs > 0 ? b.opt.jobs : std::max(1, hw - 1));
   nvrtc.join();
   fmt::print(stderr, "kdajit_bench: prewarm: {} kdajit keys in {:.1f} s ({} failed)\n", b.prewarm.keys,
              b.prewarm.seconds, b.prewarm.failed);

@@ -32,7 +32,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(const Options& o, const std::strin
   ro.cache_dir = o.cache_dir;
   ro.device = -1;  // the stream's context: the primary context the bench opened
   ro.log_level = o.verbose ? KDAJIT_LOG_INFO : KDAJIT_LOG_QUIET;
-  KDAJIT_TRY(set_route_options(ro, route, use_tuning, pdl));
+  set_route_options(ro, route, use_tuning, pdl);
   std::unique_ptr<Runtime> rt;
   KDAJIT_TRY(outcome_status(Runtime::create(ro, &rt), "Runtime::create"));
   return rt;
@@ -73,8 +73,8 @@ Result<DecodeRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_
   return r;
 }
 
-// Records a sub-measurement: unsupported (a route the call is not eligible for,
-// an option this kdajit lacks) is n/a, anything else a failure.
+// Records a sub-measurement: unsupported (a route the call is not eligible for)
+// is n/a, anything else a failure.
 void record(RouteTiming& out, Result<DecodeRun> r, CellResult& m) {
   if (r) {
     out = std::move(r->t);
@@ -100,13 +100,10 @@ Status create_runtimes(Bench& b) {
   const Options& o = b.opt;
   KDAJIT_TRY_ASSIGN(b.main, make_runtime(o, "", o.tuning == "on", false));
   if (o.tuning == "both") {
-    if (!kHasTuningOption) {
-      b.tuned_error = "this kdajit has no RuntimeOptions::use_tuning";
-    } else if (auto rt = make_runtime(o, "", true, false)) {
+    if (auto rt = make_runtime(o, "", true, false))
       b.tuned = std::move(rt).value();
-    } else {
+    else
       b.tuned_error = rt.error().message;
-    }
   }
   if (o.pdl) {
     if (auto rt = make_runtime(o, "", o.tuning == "on", true))
@@ -120,14 +117,10 @@ Status create_runtimes(Bench& b) {
     else
       b.route_errors[name] = rt.error().message;
   }
-  // Say so when an option cannot be honoured (the cells record n/a; the JSON's `api` block has the details).
-  if (o.tuning == "on" && !kHasTuningOption)
-    fmt::print(stderr, "kdajit_bench: --tuning on: this kdajit has no RuntimeOptions::use_tuning (the selector as is)\n");
+  // Say so when an option cannot be honoured (the cells record n/a).
   if (!b.tuned_error.empty()) fmt::print(stderr, "kdajit_bench: --tuning both: {}\n", b.tuned_error);
   if (!b.pdl_error.empty()) fmt::print(stderr, "kdajit_bench: --pdl: {}\n", b.pdl_error);
   for (const auto& [name, why] : b.route_errors) fmt::print(stderr, "kdajit_bench: --routes {}: {}\n", name, why);
-  if (!b.routes.empty() && !kHasRouteOption)
-    fmt::print(stderr, "kdajit_bench: --routes: this kdajit has no RuntimeOptions::route; 'rowcta' is the selector\n");
   return {};
 }
 

@@ -14,14 +14,14 @@
 #include "floor_kernel.hpp"
 #include "grid.hpp"
 #include "kdajit/kdajit.hpp"
-#include "kdajit_internal.hpp"
+#include "kdajit_api.hpp"
 #include "timing.hpp"
 
 namespace kdajit::bench {
 
 // One kdajit timing (a runtime's call, graph-replayed) or why there is none.
 struct RouteTiming {
-  std::string status = "skipped";  // ok | n/a (not eligible / option missing) | failed | skipped
+  std::string status = "skipped";  // ok | n/a (not eligible / runtime not created) | failed | skipped
   std::string error, key, route;
   Summary device;
 };
@@ -74,7 +74,7 @@ struct Bench {
   PrewarmResult prewarm;
 
   // Runtimes: the selector, and the optional ones (null with a reason when the
-  // option or this kdajit does not provide them).
+  // option is off or the runtime could not be created).
   std::unique_ptr<Runtime> main;
   std::unique_ptr<Runtime> tuned;
   std::string tuned_error;
@@ -88,7 +88,7 @@ struct Bench {
 Status outcome_status(const Outcome& o, const char* what);
 Outcome decode(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& a, cudaStream_t s);
 
-// Creates the runtimes the options ask for (a missing API option is recorded, not fatal).
+// Creates the runtimes the options ask for (an optional one that fails is recorded, not fatal).
 Status create_runtimes(Bench& b);
 
 // Every key the run will launch, from the runtimes' route selection (no launch).

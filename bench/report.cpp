@@ -10,8 +10,6 @@
 #include <fstream>
 #include <thread>
 
-#include "kdajit_api.hpp"
-
 namespace kdajit::bench {
 
 using nlohmann::json;
@@ -150,13 +148,6 @@ json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vect
       {"total_seconds", seconds},
       {"host", {{"hostname", host_name()}, {"cpus", std::thread::hardware_concurrency()}}},
       {"gpu", b.gpu},
-      {"api",
-       {{"route_option", kHasRouteOption},
-        {"use_tuning_option", kHasTuningOption},
-        {"pdl_option", kHasPdlOption},
-        {"selected_key", kHasSelectedKey},
-        {"prewarm", kHasPrewarm},
-        {"route_table", kHasRouteTable}}},
       {"settings",
        {{"iters", o.iters},
         {"host_calls", o.host_calls},
