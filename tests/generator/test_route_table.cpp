@@ -54,6 +54,7 @@ TEST_CASE("route table: one complete row per route, in enum order", "[routes]") 
     CHECK(r.eligible != nullptr);
     CHECK(r.grid != nullptr);
     CHECK((r.cluster == 1 || r.cluster == 2 || r.cluster == 4));
+    CHECK((r.occupancy >= 1 && r.occupancy <= 4));
     CHECK((r.serves(Op::single) || r.serves(Op::packed)));
   }
 }
@@ -71,6 +72,7 @@ TEST_CASE("route table: every key of every route generates its own template with
         CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
+        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy) + "\n") != std::string::npos);
         CHECK(src->find(std::string("extern \"C\" __global__")) != std::string::npos);
         CHECK(src->find(std::string(entry_name(op))) != std::string::npos);
       }
