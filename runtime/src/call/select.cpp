@@ -9,13 +9,14 @@ namespace kdajit {
 Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   if (call.family.op == Op::packed) return Route::rowcta;
   if (call.mode == IndicesMode::repeated_positive) return Route::sequential;
-  // rowcta launches rows x heads CTAs. While that leaves most SMs idle, split the
-  // value rows of each (row, head) over a cluster so that 2x or 4x the CTAs each
-  // move a quarter or half of the state: the per-CTA latency chain shortens.
+  // Measured on the H200 (docs/PERFORMANCE.md, "Selector bands"): the value
+  // split wins only with f32 state while rows x heads is at most an eighth of
+  // the SMs (split4: 0.7-1.2% at H=8, R<=2 and H=16, R=1, in two independent
+  // runs); everywhere else rowcta is as fast or faster (split2 never won; with
+  // bf16 state rowcta won every cell, by 3-40%).
   const int64_t ctas = call.rows * call.family.heads;
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
-  if (4 * ctas <= sms) return Route::split4;
-  if (2 * ctas <= sms) return Route::split2;
+  if (call.family.state == StateDtype::f32 && 8 * ctas <= sms) return Route::split4;
   return Route::rowcta;
 }
 

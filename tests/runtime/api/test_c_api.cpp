@@ -115,12 +115,12 @@ TEST_CASE("c api: configuration -> keys, sized buffers, pre-warm without a GPU",
   kdajit_config_init(&c);
   c.arch = "sm_90";
   c.heads = 8;
-  c.state_dtype = KDAJIT_DTYPE_BF16;
   char name[256];
   REQUIRE(kdajit_config_key(&c, 1, name, sizeof name) == KDAJIT_OK);
-  CHECK(std::string(name) == "kda_single.h8.state_bf16.conv_sd.t1.gate_bounded.route_split4.sm_90");
+  CHECK(std::string(name) == "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_split4.sm_90");
   REQUIRE(kdajit_config_key(&c, 512, name, sizeof name) == KDAJIT_OK);
-  CHECK(std::string(name) == "kda_single.h8.state_bf16.conv_sd.t1.gate_bounded.route_rowcta.sm_90");
+  CHECK(std::string(name) == "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90");
+  c.state_dtype = KDAJIT_DTYPE_BF16;
   char tiny[8];
   CHECK(kdajit_config_key(&c, 1, tiny, sizeof tiny) == KDAJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("key_name: expected a buffer of at least") != std::string::npos);
@@ -139,6 +139,7 @@ TEST_CASE("c api: configuration -> keys, sized buffers, pre-warm without a GPU",
   buf.assign(needed, '\0');
   REQUIRE(kdajit_config_keys(&c, buf.data(), buf.size(), &needed) == KDAJIT_OK);
   CHECK(std::string(buf.c_str()) == "kda_single.h8.state_bf16.conv_sd.t1.gate_bounded.route_sequential.sm_90");
+  c.state_dtype = KDAJIT_DTYPE_F32;
 
   const std::string root = (std::filesystem::temp_directory_path() / ("kdajit-capi-" + std::to_string(getpid()))).string();
   std::filesystem::remove_all(root);

@@ -34,12 +34,18 @@ CallShape packed(int heads, int64_t seqs) {
 }
 
 TEST_CASE("select: built-in bands scale with the device's SM count", "[select]") {
-  const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 16};
-  CHECK(builtin_route(single(8, 1), h200) == Route::split4);    // 8 CTAs: 32 with split4
-  CHECK(builtin_route(single(16, 4), h200) == Route::split2);   // 64 CTAs: 128 with split2
-  CHECK(builtin_route(single(64, 8), h200) == Route::rowcta);   // 512 CTAs
-  CHECK(builtin_route(single(8, 1), small) == Route::split2);   // the same call on a 16-SM part
-  CHECK(builtin_route(single(8, 2), small) == Route::rowcta);
+  const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
+  auto f32 = [](CallShape c) {
+    c.family.state = StateDtype::f32;
+    return c;
+  };
+  CHECK(builtin_route(f32(single(8, 1)), h200) == Route::split4);   // 8 CTAs: 8 x 8 <= 132
+  CHECK(builtin_route(f32(single(16, 1)), h200) == Route::split4);  // 16 CTAs: 128 <= 132
+  CHECK(builtin_route(f32(single(8, 4)), h200) == Route::rowcta);   // 32 CTAs
+  CHECK(builtin_route(f32(single(8, 1)), small) == Route::split4);  // 64 <= 64 on a 64-SM part
+  CHECK(builtin_route(f32(single(16, 1)), small) == Route::rowcta); // the same call as above, fewer SMs
+  CHECK(builtin_route(single(8, 1), h200) == Route::rowcta);        // bf16 state: rowcta always
+  CHECK(builtin_route(single(64, 8), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(packed(64, 1), h200) == Route::rowcta);
 }

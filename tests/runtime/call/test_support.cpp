@@ -131,14 +131,17 @@ TEST_CASE("support: the key a configuration gets, per rows and SM count", "[supp
   }
   // Single op: the split routes while rows x heads leave SMs idle; the SM count
   // is the configuration's, else the arch's reference part (132 for sm_90).
-  c = good_config();
+  c = good_config();  // f32 state
   c.heads = 8;
   CHECK(config_key(c, 1)->route == Route::split4);    // 8 CTAs of 132
-  CHECK(config_key(c, 8)->route == Route::split2);    // 64
-  CHECK(config_key(c, 64)->route == Route::rowcta);   // 512
-  c.sm_count = 16;
-  CHECK(config_key(c, 1)->route == Route::split2);
-  CHECK(config_key(c, 8)->route == Route::rowcta);
+  CHECK(config_key(c, 2)->route == Route::split4);    // 16
+  CHECK(config_key(c, 8)->route == Route::rowcta);    // 64
+  c.sm_count = 64;
+  CHECK(config_key(c, 1)->route == Route::split4);
+  CHECK(config_key(c, 2)->route == Route::rowcta);
+  c.sm_count = 0;
+  c.state_dtype = KDAJIT_DTYPE_BF16;
+  CHECK(config_key(c, 1)->route == Route::rowcta);
   c.state_indices_mode = KDAJIT_INDICES_REPEATED_POSITIVE;
   CHECK(config_key(c, 8)->route == Route::sequential);
   auto keys = config_keys(c);

@@ -15,7 +15,9 @@ struct RoutePolicy {
   const TuneTable* tuned = nullptr;   // a `kdajit tune` table for this device, when allowed and present
 };
 
-// The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands").
+// The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands"):
+// packed -> rowcta; repeated_positive -> sequential; f32 state with
+// 8 x R x H <= SMs -> split4; else rowcta.
 // Always an eligible route.
 Route builtin_route(const CallShape& call, const DeviceTraits& device);
 
