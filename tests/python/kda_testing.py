@@ -241,8 +241,23 @@ def to_device(p, device):
 
 # --- The float64 reference (spec sections 2-4) ------------------------------------
 
+_BF16_MAX = 3.3895313892515355e38  # (2 - 2^-7) * 2^127
+
+
 def _bf16(t):
-    return t.to(torch.bfloat16).to(torch.float64)
+    """f64 -> the nearest bf16 value (ties to even) in ONE rounding, as f64. torch's
+    own f64 -> bf16 goes through f32 (two roundings: about 1 value in 1e5 lands
+    elsewhere), which the spec's exact math does not have (nor the C++ reference)."""
+    _, e = torch.frexp(t)  # |t| = m * 2^e, m in [0.5, 1)
+    ulp = torch.clamp(e.to(torch.float64) - 8, min=-133)  # 8 significant bits; bf16 subnormals below 2^-126
+    r = torch.round(t * torch.pow(2.0, -ulp)) * torch.pow(2.0, ulp)  # round(): half to even
+    r = torch.where(r.abs() > _BF16_MAX, torch.copysign(torch.full_like(r, float("inf")), t), r)
+    return torch.where(torch.isfinite(t) & (t != 0), r, t)
+
+
+def _store(v, dtype):
+    """Rounding point 2: the f64 state stored in the state dtype, in one rounding."""
+    return (_bf16(v) if dtype == torch.bfloat16 else v).to(dtype)
 
 
 def _conv_taps(weight, hidden):
@@ -315,7 +330,7 @@ def reference(p):
             conv[s, :, 0] = conv[s, :, 1].clone()
             conv[s, :, 1] = conv[s, :, 2].clone()
             conv[s, :, 2] = v["x"][r]
-            state[s] = S2.to(state.dtype)
+            state[s] = _store(S2, state.dtype)
             out[r] = y
         return out.to(torch.bfloat16), conv, state
 
@@ -340,7 +355,7 @@ def reference(p):
             window = torch.cat([window[:, 1:], x[row][:, None]], dim=1)
             dst = int(si[n, t])
             if 0 < dst < S:
-                state[dst] = Sm.to(state.dtype)
+                state[dst] = _store(Sm, state.dtype)
         conv[cs, :, 0] = old1
         conv[cs, :, 1] = old2
         for t in range(L):
