@@ -164,26 +164,34 @@ def _heads_of(A_log):
     return n
 
 
-def _map(spec, tensors):
-    """The mapping for one call's tensors (a cache miss). Raises ValueError for
-    the torch-side contract violations: mixed devices and dtypes that kdajit
-    has no code for. Whether the device is a CUDA one is checked per call."""
+def _check_torch_side(spec, tensors):
+    """Tensors, all on x's device, with dtypes kdajit has codes for."""
     for (name, _, _, want), t in zip(spec, tensors):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
     x = tensors[0]
-    device = x.get_device()
     for (name, _, _, want), t in zip(spec, tensors):
-        if t.get_device() != device or t.device.type != x.device.type:
+        if t.device != x.device:
             raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
         if t.dtype not in _TORCH_DTYPES:
             raise ValueError(f"{name}: expected dtype {want}, got {t.dtype}")
+
+
+def _map(spec, tensors):
+    """The mapping for one call's tensors (a cache miss). Raises ValueError for
+    the torch-side contract violations: mixed devices and dtypes that kdajit
+    has no code for. Whether the device is a CUDA one is checked per call."""
+    _check_torch_side(spec, tensors)
+    x = tensors[0]
+    device = x.get_device()
     heads = _heads_of(tensors[5])
     chunks, notes = [], {}
     for (name, field, form, _), t in zip(spec, tensors):
         shape, strides = _view(name, form, t.shape, t.stride(), heads)
         chunks.append(_view_bytes(_TORCH_DTYPES[t.dtype], shape, strides))
-        if shape != tuple(t.shape) or strides != tuple(t.stride()):
+        if t.numel() == 0 and t.data_ptr() == 0:
+            notes[field] = f"given shape {_fmt(t.shape, '[', ']')}: an empty tensor, which torch gives no data pointer"
+        elif shape != tuple(t.shape) or strides != tuple(t.stride()):
             notes[field] = (f"given shape {_fmt(t.shape, '[', ']')} strides {_fmt(t.stride(), '(', ')')}, "
                             f"viewed as shape {_fmt(shape, '[', ']')} strides {_fmt(strides, '(', ')')}")
     chunks += [_EMPTY] * (len(_abi.TENSOR_FIELDS) - len(chunks))
@@ -337,6 +345,10 @@ def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
                      0.0 if lower_bound is None else lower_bound, norm_eps, mode, 0)
     except (ValueError, struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, mode) from None
+    if dry or m.device < 0:
+        # The key tells CUDA devices apart, not host ones (get_device() is -1 for cpu and meta).
+        _check_torch_side(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                        state, output_gate, norm_weight, output))
     if dry:
         _validate_only(_abi.OP_SINGLE, "fused_kda_decode", args, m)
         return args
@@ -385,6 +397,10 @@ def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
                      0.0 if lower_bound is None else lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, 0)
     except (struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, 0) from None
+    if dry or m.device < 0:
+        _check_torch_side(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                        state, output_gate, norm_weight, output, query_start_loc,
+                                        num_accepted_tokens))
     if dry:
         _validate_only(_abi.OP_PACKED, "packed_fused_kda_decode", args, m)
         return args
