@@ -210,18 +210,23 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
         status = fn(rt.handle, name.encode(), byref(compiled))
         dt = time.perf_counter() - t0
         if status != _abi.OK:
-            return PrewarmResult(name, "failed", dt, f"{lib.status_name(status)}: {lib.last_error()}")
-        return PrewarmResult(name, "compiled" if compiled.value else "cached", dt)
+            # kdajit_last_error() is per thread: read it here, in the worker.
+            return PrewarmResult(name, "failed", dt, f"{lib.status_name(status)}: {lib.last_error()}"), status
+        return PrewarmResult(name, "compiled" if compiled.value else "cached", dt), status
 
-    results = []
+    results, invalid = [], []
     workers = max(1, min(jobs or os.cpu_count() or 1, len(names) or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(one, n) for n in names]
         for fut in as_completed(futures):
-            r = fut.result()
+            r, status = fut.result()
             results.append(r)
+            if status == _abi.ERROR_INVALID_ARGUMENT:
+                invalid.append(r)
             if progress is not None:
                 progress(len(results), len(names), r)
+    if invalid:
+        raise ValueError(f"prewarm: {invalid[0].key!r}: {invalid[0].error}")
     results.sort(key=lambda r: r.key)
     failed = [r for r in results if r.status == "failed"]
     if strict and failed:

@@ -32,7 +32,7 @@ if HAS_CUSTOM_OPS:
     # No `from __future__ import annotations` in this module: custom_op reads the
     # annotations to infer the schema.
     @torch.library.custom_op("kdajit::fused_kda_decode", mutates_args=("conv_state", "state", "output"))
-    def _fused_op(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, raw_gate: torch.Tensor,
+    def _fused_def(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, raw_gate: torch.Tensor,
                   raw_beta: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, state_indices: torch.Tensor,
                   state: torch.Tensor, output_gate: torch.Tensor, norm_weight: torch.Tensor,
                   lower_bound: Optional[float], norm_eps: float, output: torch.Tensor,
@@ -40,13 +40,13 @@ if HAS_CUSTOM_OPS:
         _ops.single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                          output_gate, norm_weight, lower_bound, norm_eps, output, state_indices_mode)
 
-    @_fused_op.register_fake
+    @_fused_def.register_fake
     def _fused_fake(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                     norm_weight, lower_bound, norm_eps, output, state_indices_mode):
         return None
 
     @torch.library.custom_op("kdajit::packed_fused_kda_decode", mutates_args=("conv_state", "state", "output"))
-    def _packed_op(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, raw_gate: torch.Tensor,
+    def _packed_def(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, raw_gate: torch.Tensor,
                    raw_beta: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, state_indices: torch.Tensor,
                    state: torch.Tensor, output_gate: torch.Tensor, norm_weight: torch.Tensor,
                    lower_bound: Optional[float], norm_eps: float, output: torch.Tensor,
@@ -55,10 +55,14 @@ if HAS_CUSTOM_OPS:
                          output_gate, norm_weight, lower_bound, norm_eps, output, query_start_loc,
                          num_accepted_tokens)
 
-    @_packed_op.register_fake
+    @_packed_def.register_fake
     def _packed_fake(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                      norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens):
         return None
+
+    # Calls go through the op overload packets (what torch.compile traces best).
+    _fused_op = torch.ops.kdajit.fused_kda_decode
+    _packed_op = torch.ops.kdajit.packed_fused_kda_decode
 else:
     _fused_op = _packed_op = None
 
