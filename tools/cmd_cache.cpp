@@ -19,14 +19,15 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "kdajit/runtime/cache_bridge.hpp"
 #include "kdajit/cache.hpp"
 #include "kdajit/env.hpp"
-#include "kdajit/generator.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/sha256.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/parallel.hpp"
-#include "kdajit/runtime/compiler.hpp"
-#include "kdajit/runtime/driver_api.hpp"
+#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit::cli {
 
@@ -135,12 +136,10 @@ void print_table(const std::vector<std::string>& header, const std::vector<std::
 //     is --arch. A full key object is a pattern with one value per field.
 
 // Every value of each enum field, for patterns that leave a field out.
-constexpr Op kAllOps[] = {Op::single, Op::packed};
-constexpr StateDtype kAllStates[] = {StateDtype::f32, StateDtype::bf16};
-constexpr ConvLayout kAllConvs[] = {ConvLayout::sd, ConvLayout::ds};
-constexpr Gate kAllGates[] = {Gate::bounded, Gate::softplus};
-constexpr Route kAllRoutes[] = {Route::rowcta};
-constexpr std::string_view kPatternFields[] = {"op", "heads", "state", "conv", "t", "gate", "route", "arch"};
+constexpr auto kAllOps = all_values<Op>();
+constexpr auto kAllStates = all_values<StateDtype>();
+constexpr auto kAllConvs = all_values<ConvLayout>();
+constexpr auto kAllGates = all_values<Gate>();
 
 struct Pattern {
   std::vector<Op> op;
@@ -149,7 +148,7 @@ struct Pattern {
   std::vector<ConvLayout> conv;
   std::vector<int> t;
   std::vector<Gate> gate;
-  std::vector<Route> route;
+  std::vector<Route> route;  // empty: every route that serves the op
   std::vector<Arch> arch;
 };
 
@@ -200,28 +199,37 @@ Result<Pattern> parse_pattern(const json& obj) {
   if (!obj.is_object())
     return invalid_argument(fmt::format("expected a key name (string) or a key pattern (object), got {}", obj.dump()));
   for (auto it = obj.begin(); it != obj.end(); ++it)
-    if (std::find(std::begin(kPatternFields), std::end(kPatternFields), it.key()) == std::end(kPatternFields))
-      return invalid_argument(fmt::format("unknown field '{}'; expected only {}", it.key(), fmt::join(kPatternFields, ", ")));
+    if (std::none_of(kKeyLayout.begin(), kKeyLayout.end(), [&](const KeyFieldLayout& f) { return f.json_name == it.key(); })) {
+      std::vector<std::string_view> names;
+      for (const auto& f : kKeyLayout) names.push_back(f.json_name);
+      return invalid_argument(fmt::format("unknown field '{}'; expected only {}", it.key(), fmt::join(names, ", ")));
+    }
   if (!obj.contains("heads")) return invalid_argument("field 'heads': required in a pattern (a value or a list of head counts)");
   Pattern p;
   auto get = [&](const char* f) -> const json* { return obj.contains(f) ? &obj.at(f) : nullptr; };
-  if (auto v = get("op")) { KDAJIT_TRY_ASSIGN(p.op, field_values<Op>(*v, "op", enum_parser(parse_op, "op"))); }
+  if (auto v = get("op")) { KDAJIT_TRY_ASSIGN(p.op, field_values<Op>(*v, "op", enum_parser(parse_field<Op>, "op"))); }
   else p.op.assign(std::begin(kAllOps), std::end(kAllOps));
   KDAJIT_TRY_ASSIGN(p.heads, field_values<int>(obj.at("heads"), "heads", int_parser("heads", 1, kMaxHeads)));
-  if (auto v = get("state")) { KDAJIT_TRY_ASSIGN(p.state, field_values<StateDtype>(*v, "state", enum_parser(parse_state_dtype, "state"))); }
+  if (auto v = get("state")) { KDAJIT_TRY_ASSIGN(p.state, field_values<StateDtype>(*v, "state", enum_parser(parse_field<StateDtype>, "state"))); }
   else p.state.assign(std::begin(kAllStates), std::end(kAllStates));
-  if (auto v = get("conv")) { KDAJIT_TRY_ASSIGN(p.conv, field_values<ConvLayout>(*v, "conv", enum_parser(parse_conv_layout, "conv"))); }
+  if (auto v = get("conv")) { KDAJIT_TRY_ASSIGN(p.conv, field_values<ConvLayout>(*v, "conv", enum_parser(parse_field<ConvLayout>, "conv"))); }
   else p.conv.assign(std::begin(kAllConvs), std::end(kAllConvs));
   if (auto v = get("t")) { KDAJIT_TRY_ASSIGN(p.t, field_values<int>(*v, "t", int_parser("t", 1, kMaxTokens))); }
-  if (auto v = get("gate")) { KDAJIT_TRY_ASSIGN(p.gate, field_values<Gate>(*v, "gate", enum_parser(parse_gate, "gate"))); }
+  if (auto v = get("gate")) { KDAJIT_TRY_ASSIGN(p.gate, field_values<Gate>(*v, "gate", enum_parser(parse_field<Gate>, "gate"))); }
   else p.gate.assign(std::begin(kAllGates), std::end(kAllGates));
-  if (auto v = get("route")) { KDAJIT_TRY_ASSIGN(p.route, field_values<Route>(*v, "route", enum_parser(parse_route, "route"))); }
-  else p.route.assign(std::begin(kAllRoutes), std::end(kAllRoutes));
+  if (auto v = get("route")) { KDAJIT_TRY_ASSIGN(p.route, field_values<Route>(*v, "route", enum_parser(parse_field<Route>, "route"))); }
   if (auto v = get("arch")) { KDAJIT_TRY_ASSIGN(p.arch, field_values<Arch>(*v, "arch", enum_parser(parse_arch, "arch"))); }
   bool t_fits_single = p.t.empty() || std::find(p.t.begin(), p.t.end(), 1) != p.t.end();
   if (p.op == std::vector<Op>{Op::single} && !t_fits_single)
     return invalid_argument(fmt::format("field 't': op single takes only t=1, got {}", json(p.t).dump()));
   return p;
+}
+
+std::vector<Route> route_names_of(Op op) {
+  std::vector<Route> out;
+  for (const RouteSpec& r : route_table())
+    if (r.serves(op)) out.push_back(r.route);
+  return out;
 }
 
 Result<std::vector<KernelKey>> expand(const Pattern& p, Arch default_arch) {
@@ -237,7 +245,7 @@ Result<std::vector<KernelKey>> expand(const Pattern& p, Arch default_arch) {
           for (ConvLayout c : p.conv)
             for (int t : op == Op::single ? std::vector<int>{1} : packed_t)
               for (Gate g : p.gate)
-                for (Route r : p.route) {
+                for (Route r : p.route.empty() ? route_names_of(op) : p.route) {
                   KernelKey k{op, h, s, c, t, g, r, a};
                   KDAJIT_TRY(validate(k));
                   out.push_back(k);
@@ -363,12 +371,14 @@ void add_prewarm(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   add_common(cmd, o->common);
-  cmd->add_option("--preset", o->presets, "model preset(s): glm-5.3-flash | kimi-k3 | full");
+  cmd->add_option("--preset", o->presets, fmt::format("model preset(s): {}", fmt::join(preset_names(), " | ")));
   cmd->add_option("--manifest", o->manifests, "JSON list of key names, key objects or key patterns")
       ->check(CLI::ExistingFile);
-  const std::pair<const char*, const char*> pattern_flags[] = {
-      {"op", "single,packed"}, {"heads", "head counts, e.g. 16,64"}, {"state", "f32,bf16"}, {"conv", "sd,ds"},
-      {"t", "packed tokens, e.g. 2,3,4"}, {"gate", "bounded,softplus"}, {"route", "rowcta"}};
+  const std::pair<const char*, std::string> pattern_flags[] = {
+      {"op", choices<Op>(",")},           {"heads", "head counts, e.g. 16,64"},
+      {"state", choices<StateDtype>(",")}, {"conv", choices<ConvLayout>(",")},
+      {"t", "packed tokens, e.g. 2,3,4"},  {"gate", choices<Gate>(",")},
+      {"route", choices<Route>(",")}};
   for (const auto& [field, help] : pattern_flags)
     cmd->add_option(fmt::format("--{}", field), o->flags[field],
                     fmt::format("key pattern: {} (missing fields: every value; --heads is required)", help))
@@ -408,9 +418,7 @@ void add_prewarm(CLI::App& app) {
     parallel_for(rows.size(), o->jobs, [&](size_t i) {
       PrewarmRow& row = rows[i];
       const auto k0 = std::chrono::steady_clock::now();
-      auto in = make_build_inputs(row.key);
-      Result<CacheLookup> r = in ? cache->lookup(row.key, input_hash(*in), build_fn_for(*in))
-                                 : Result<CacheLookup>(in.error());
+      Result<CacheLookup> r = obtain(*cache, row.key, /*allow_build=*/true);
       row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
       if (r) {
         row.status = r->source == CacheSource::built ? "compiled" : "cached";
@@ -531,15 +539,14 @@ void add_verify(CLI::App& app) {
     auto entries = cache->list_entries();
     for (const auto& e : entries) {
       auto v = cache->verify_entry(e);
-      if (v.ok && gpu_arch) {
+      if (v.ok && !v.stale && gpu_arch) {
         if (arch_compute_capability(e.key->arch) != arch_compute_capability(*gpu_arch)) {
           ++not_loaded;
         } else {
-          std::ifstream f(e.dir + "/kernel.cubin", std::ios::binary);
-          std::string cubin((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-          json entry = meta_value(e, "entry");
-          std::string fn = entry.is_string() ? entry.get<std::string>() : route_config(*e.key).entry;
-          if (Status s = check_cubin_loads(cubin, fn); !s) {
+          // The cubin verify_entry just checked, through the one lookup path.
+          auto found = obtain(*cache, *e.key, /*allow_build=*/false);
+          Status s = found ? check_cubin_loads(found->entry->cubin, entry_name(e.key->op)) : Status(found.error());
+          if (!s) {
             v.ok = false;
             v.reason = "does not load: " + s.error().message;
           } else {
@@ -583,8 +590,7 @@ void add_verify(CLI::App& app) {
 
 struct Explained {
   KernelKey key;
-  BuildInputs inputs;
-  std::string hash;
+  BuildPlan plan;
 };
 
 Explained explain_one(const std::string& text) {
@@ -596,8 +602,7 @@ Explained explain_one(const std::string& text) {
   } else {
     e.key = unwrap(parse_key(text));
   }
-  e.inputs = unwrap(make_build_inputs(e.key));
-  e.hash = input_hash(e.inputs);
+  e.plan = unwrap(plan_build(e.key));
   return e;
 }
 
@@ -605,10 +610,10 @@ json inputs_json(const Explained& e) {
   return {{"schema", kCacheSchemaVersion},
           {"library_version", cache_library_version()},
           {"arch", to_string(e.key.arch)},
-          {"nvrtc_version", e.inputs.nvrtc_version},
-          {"options", e.inputs.options},
-          {"source_bytes", e.inputs.source.size()},
-          {"source_sha256", sha256_hex(e.inputs.source)}};
+          {"nvrtc_version", e.plan.inputs.nvrtc_version},
+          {"options", e.plan.inputs.options},
+          {"source_bytes", e.plan.inputs.source.size()},
+          {"source_sha256", sha256_hex(e.plan.inputs.source)}};
 }
 
 // Names of the hash inputs in which `a` and `b` (both inputs_json) differ.
@@ -638,15 +643,15 @@ void add_explain(CLI::App& app) {
     for (const auto& e : ex) {
       json j = {{"name", key_name(e.key)},
                 {"fields", key_to_json(e.key)},
-                {"hash", e.hash},
+                {"hash", e.plan.hash},
                 {"hash_inputs", inputs_json(e)},
-                {"entry_dir", cache->entry_dir(e.key, e.hash)},
+                {"entry_dir", cache->entry_dir(e.key, e.plan.hash)},
                 {"cached", "no"},
                 {"other_entries", json::array()}};
       // This key's entries on disk: the current one, and older ones with why they differ.
       for (const auto& info : entries) {
         if (!info.key || *info.key != e.key) continue;
-        if (info.dir == cache->entry_dir(e.key, e.hash)) {
+        if (info.dir == cache->entry_dir(e.key, e.plan.hash)) {
           auto v = cache->verify_entry(info);
           j["cached"] = v.ok ? "yes" : "corrupt: " + v.reason;
           continue;
@@ -669,8 +674,8 @@ void add_explain(CLI::App& app) {
     if (ex.size() == 2) {
       json fields = json::array();
       json a = key_to_json(ex[0].key), b = key_to_json(ex[1].key);
-      for (std::string_view f : kPatternFields) {
-        const std::string field(f);
+      for (const KeyFieldLayout& kf : kKeyLayout) {
+        const std::string field(kf.json_name);
         if (a[field] != b[field]) fields.push_back({{"field", field}, {"a", a[field]}, {"b", b[field]}});
       }
       out["differing_fields"] = fields;
@@ -682,7 +687,8 @@ void add_explain(CLI::App& app) {
     }
     for (const auto& j : out["keys"]) {
       fmt::print("{}\n", j["name"].get<std::string>());
-      for (std::string_view f : kPatternFields) {
+      for (const KeyFieldLayout& kf : kKeyLayout) {
+        const std::string_view f = kf.json_name;
         const json& v = j["fields"][std::string(f)];
         fmt::print("  {:<16} {}\n", f, v.is_string() ? v.get<std::string>() : v.dump());
       }

@@ -8,9 +8,10 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "kdajit/generator.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/source_generator.hpp"
 #include "kdajit/parallel.hpp"
-#include "kdajit/runtime/compiler.hpp"
+#include "kdajit/runtime/build/compile.hpp"
 
 namespace kdajit::cli {
 

@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "kdajit/kernel_key.hpp"
+#include "kdajit/presets.hpp"
 
 namespace kdajit::cli {
 
@@ -14,8 +15,8 @@ void add_keys_command(CLI::App& app) {
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("--preset", opts->preset, "glm-5.3-flash | kimi-k3 | full")->required();
-  cmd->add_option("--arch", opts->arch, "sm_90 | sm_90a | sm_100a | sm_103a | sm_120a")->capture_default_str();
+  cmd->add_option("--preset", opts->preset, fmt::format("{}", fmt::join(preset_names(), " | ")))->required();
+  cmd->add_option("--arch", opts->arch, choices<Arch>(" | "))->capture_default_str();
   cmd->add_flag("--json", opts->json, "Print a JSON array of keys");
   cmd->callback([opts] {
     Arch arch = unwrap(parse_arch(opts->arch));

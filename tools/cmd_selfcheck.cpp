@@ -1,6 +1,8 @@
 // `kdajit selfcheck`: on a GPU, runs every cached kernel of the local arch on
 // fresh random data and checks it against the f64 reference (spec section 8).
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -8,44 +10,20 @@
 
 #include "commands.hpp"
 #include "kdajit/cache.hpp"
+#include "kdajit/device_problem.hpp"
 #include "kdajit/problem.hpp"
-#include "kdajit/runtime/driver_api.hpp"
-#include "kdajit/runtime/runtime_impl.hpp"
+#include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit::cli {
 
 namespace {
 
 // Runs `got` on the device through the runtime; downloads what the call writes.
-Status run_on_device(const DriverApi& api, Runtime::Impl& rt, ref::Problem& got) {
-  kdajit_decode_args_t args = got.args();
-  std::vector<std::pair<ref::BufferRef, CUdeviceptr>> dev;
-  Status st;
-  for (auto& b : got.buffers()) {
-    CUdeviceptr d = 0;
-    if (CUresult r = api.cuMemAlloc(&d, b.bytes->size()); r != CUDA_SUCCESS) {
-      st = cuda_error(api, r, "cuMemAlloc");
-      break;
-    }
-    dev.emplace_back(b, d);
-    (args.*b.view).data = reinterpret_cast<void*>(d);
-    if (CUresult r = api.cuMemcpyHtoD(d, b.bytes->data(), b.bytes->size()); r != CUDA_SUCCESS) {
-      st = cuda_error(api, r, "cuMemcpyHtoD");
-      break;
-    }
-  }
-  if (st) st = rt.decode(got.op() == KDAJIT_OP_SINGLE ? Op::single : Op::packed, args, nullptr);
-  if (st) {
-    if (CUresult r = api.cuCtxSynchronize(); r != CUDA_SUCCESS) st = cuda_error(api, r, "kernel execution");
-  }
-  for (auto& [b, d] : dev) {
-    if (st && b.written) {
-      if (CUresult r = api.cuMemcpyDtoH(b.bytes->data(), d, b.bytes->size()); r != CUDA_SUCCESS)
-        st = cuda_error(api, r, "cuMemcpyDtoH");
-    }
-    api.cuMemFree(d);
-  }
-  return st;
+Status run_on_device(Runtime::Impl& rt, ref::Problem& got) {
+  KDAJIT_TRY_ASSIGN(auto dev, ref::DeviceProblem::upload(got));
+  KDAJIT_TRY(rt.decode(got.op() == KDAJIT_OP_SINGLE ? Op::single : Op::packed, dev->args(), nullptr));
+  return dev->download(got);
 }
 
 }  // namespace
@@ -75,15 +53,25 @@ void add_selfcheck_command(CLI::App& app) {
     api.cuCtxSetCurrent(ctx);
     const Arch arch = unwrap(local_arch(0));
 
-    RuntimeOptions ro;
-    ro.cache_dir = o->cache_dir;
-    auto rt = unwrap(Runtime::Impl::create(ro));
+    // One runtime per route: each cached key runs with its own route.
+    std::map<Route, std::unique_ptr<Runtime::Impl>> runtimes;
+    auto runtime_for = [&](Route route) -> Runtime::Impl& {
+      auto& rt = runtimes[route];
+      if (!rt) {
+        RuntimeOptions ro;
+        ro.cache_dir = o->cache_dir;
+        ro.route = std::string(to_string(route));
+        rt = unwrap(Runtime::Impl::create(ro));
+      }
+      return *rt;
+    };
+    Runtime::Impl& any = runtime_for(Route::rowcta);
     std::set<KernelKey> keys;
-    for (const auto& e : rt->cache->list_entries())
+    for (const auto& e : any.cache->list_entries())
       if (e.key && e.key->arch == arch) keys.insert(*e.key);
     if (keys.empty()) {
       fmt::print("kdajit selfcheck: no cached kernels for {} in {}; run `kdajit prewarm` first\n", to_string(arch),
-                 rt->cache->root());
+                 any.cache->root());
       return;
     }
 
@@ -93,7 +81,10 @@ void add_selfcheck_command(CLI::App& app) {
     if (!o->json) fmt::print("{:<{}}  {:>10}  {:>10}  {}\n", "key", width, "output err", "state err", "pass");
     uint64_t seed = o->seed;
     for (const auto& key : keys) {
-      auto made = ref::Problem::make(ref::default_spec(key, seed++));
+      ref::ProblemSpec spec = ref::default_spec(key, seed++);
+      // The sequential route exists for repeated slots: check it on them.
+      if (key.route == Route::sequential) spec.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+      auto made = ref::Problem::make(spec);
       std::string error;
       ref::CompareReport rep;
       if (!made) {
@@ -101,7 +92,7 @@ void add_selfcheck_command(CLI::App& app) {
       } else {
         ref::Problem expected = *made, got = *made;
         Status ref_st = expected.run_reference();
-        Status dev_st = ref_st ? run_on_device(api, *rt, got) : ref_st;
+        Status dev_st = ref_st ? run_on_device(runtime_for(key.route), got) : ref_st;
         if (!dev_st) error = dev_st.error().message;
         else rep = ref::compare(expected, got);
       }

@@ -31,5 +31,6 @@ void add_keys_command(CLI::App& app);       // keys
 void add_compile_commands(CLI::App& app);   // show, compile
 void add_cache_commands(CLI::App& app);     // prewarm, ls, verify, explain, prune, clear
 void add_selfcheck_command(CLI::App& app);  // selfcheck
+void add_routes_command(CLI::App& app);     // routes
 
 }  // namespace kdajit::cli

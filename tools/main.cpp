@@ -2,6 +2,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "kdajit/kdajit_version.h"
 
 
 int main(int argc, char** argv) {
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   kdajit::cli::add_compile_commands(app);
   kdajit::cli::add_cache_commands(app);
   kdajit::cli::add_selfcheck_command(app);
+  kdajit::cli::add_routes_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include "kdajit/cache.hpp"
+#include "kdajit/sha256.hpp"
+#include "kdajit/kdajit_version.h"
 
 namespace kdajit {
 

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "kdajit/log.hpp"
+#include "kdajit/sha256.hpp"
 
 namespace fs = std::filesystem;
 

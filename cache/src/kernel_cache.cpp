@@ -12,6 +12,7 @@
 
 #include "disk_store.hpp"
 #include "kdajit/cache.hpp"
+#include "kdajit/sha256.hpp"
 #include "kdajit/log.hpp"
 
 namespace kdajit {

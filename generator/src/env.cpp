@@ -1,12 +1,11 @@
-#include <atomic>
+#include "kdajit/env.hpp"
+
 #include <charconv>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
-#include <unistd.h>
+#include <fmt/format.h>
 
-#include "kdajit/env.hpp"
 #include "kdajit/log.hpp"
 
 namespace kdajit {
@@ -18,18 +17,6 @@ std::optional<std::string> get(const char* name) {
   if (!v || !*v) return std::nullopt;
   return std::string(v);
 }
-
-Result<LogLevel> level_from_env() {
-  auto v = get("KDAJIT_LOG");
-  if (!v) return LogLevel::info;
-  if (*v == "quiet") return LogLevel::quiet;
-  if (*v == "info") return LogLevel::info;
-  if (*v == "debug") return LogLevel::debug;
-  return invalid_argument(fmt::format("KDAJIT_LOG: expected quiet|info|debug, got '{}'", *v));
-}
-
-// -1: not set yet; read lazily from KDAJIT_LOG on first use.
-std::atomic<int> g_level{-1};
 
 }  // namespace
 
@@ -50,7 +37,12 @@ Result<Environment> read_environment() {
     else if (*v != "0")
       return invalid_argument(fmt::format("KDAJIT_DISABLE_JIT: expected 0 or 1, got '{}'", *v));
   }
-  KDAJIT_TRY_ASSIGN(env.log_level, level_from_env());
+  if (auto v = get("KDAJIT_ARCH")) {
+    auto arch = parse_arch(*v);
+    if (!arch) return invalid_argument(fmt::format("KDAJIT_ARCH: expected one of {}, got '{}'", choices<Arch>(), *v));
+    env.arch = *arch;
+  }
+  KDAJIT_TRY_ASSIGN(env.log_level, read_log_level());
   return env;
 }
 
@@ -59,33 +51,6 @@ std::string default_cache_root(const Environment& env) {
   if (env.xdg_cache_home) return *env.xdg_cache_home + "/kdajit";
   if (env.home) return *env.home + "/.cache/kdajit";
   return {};
-}
-
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
-
-LogLevel log_level() {
-  int v = g_level.load(std::memory_order_relaxed);
-  if (v < 0) {
-    auto l = level_from_env();
-    v = static_cast<int>(l ? *l : LogLevel::info);
-    int expected = -1;
-    g_level.compare_exchange_strong(expected, v);
-    v = g_level.load(std::memory_order_relaxed);
-  }
-  return static_cast<LogLevel>(v);
-}
-
-void log_line(LogLevel, std::string_view line) {
-  // One write() per line so lines of concurrent processes/threads never interleave.
-  std::string s = "kdajit: ";
-  s.append(line);
-  s.push_back('\n');
-  ssize_t off = 0;
-  while (off < static_cast<ssize_t>(s.size())) {
-    ssize_t n = ::write(STDERR_FILENO, s.data() + off, s.size() - off);
-    if (n <= 0) break;
-    off += n;
-  }
 }
 
 }  // namespace kdajit

@@ -1,6 +1,8 @@
+#include "kdajit/presets.hpp"
+
 #include <fmt/format.h>
 
-#include "kdajit/kernel_key.hpp"
+#include "kdajit/routes.hpp"
 
 namespace kdajit {
 
@@ -8,26 +10,37 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kPresets = {"glm-5.3-flash", "kimi-k3", "full"};
 
-// heads x {f32, bf16} x {sd, ds} x (single? + packed T in [t_lo, t_hi]) x gates
+// heads x {f32, bf16} x {sd, ds} x (single? + packed T in [t_lo, t_hi]) x gates x routes
 std::vector<KernelKey> matrix(std::initializer_list<int> heads, bool single, int t_lo, int t_hi,
                               std::initializer_list<Gate> gates, Arch arch) {
   std::vector<KernelKey> out;
+  auto add = [&](const KernelKey& family) {
+    for (const KernelKey& k : keys_of_family(family)) out.push_back(k);
+  };
   for (int h : heads)
-    for (auto st : {StateDtype::f32, StateDtype::bf16})
-      for (auto cv : {ConvLayout::sd, ConvLayout::ds})
+    for (auto st : all_values<StateDtype>())
+      for (auto cv : all_values<ConvLayout>())
         for (auto g : gates) {
           KernelKey k{Op::single, h, st, cv, 1, g, Route::rowcta, arch};
-          if (single) out.push_back(k);
-          for (int t = t_lo; t <= t_hi; ++t) {
-            k.op = Op::packed;
-            k.tokens = t;
-            out.push_back(k);
-          }
+          if (single) add(k);
+          k.op = Op::packed;
+          for (k.tokens = t_lo; k.tokens <= t_hi; ++k.tokens) add(k);
         }
   return out;
 }
 
 }  // namespace
+
+std::vector<KernelKey> keys_of_family(const KernelKey& family) {
+  std::vector<KernelKey> out;
+  for (const RouteSpec& r : route_table()) {
+    if (!r.serves(family.op)) continue;
+    KernelKey k = family;
+    k.route = r.route;
+    out.push_back(k);
+  }
+  return out;
+}
 
 std::vector<std::string_view> preset_names() { return {kPresets.begin(), kPresets.end()}; }
 

@@ -187,7 +187,7 @@ TEST_CASE("prewarm, ls, verify, prune and clear on one root", "[cli][verbs]") {
   CHECK(parse_json(pr)["removed"] == 1);
   write_text(root + "/NOTES.txt", "mine");
   CHECK(cli({"prewarm", "--cache-dir", root, "--heads", "8", "--op", "single", "--state", "f32", "--conv", "sd",
-             "--gate", "bounded", "--arch", "sm_90"},
+             "--gate", "bounded", "--route", "rowcta", "--arch", "sm_90"},
             scratch.path())
             .code == 0);
   Run cl = cli({"clear", "--cache-dir", root, "--json"}, scratch.path());
@@ -224,7 +224,7 @@ TEST_CASE("an unusable root: prewarm warns once and --strict fails", "[cli][envi
   std::string file = scratch / "a-file";
   write_text(file, "x");
   std::vector<std::string> args = {"prewarm", "--cache-dir", file, "--op", "single", "--heads", "8", "--state", "f32",
-                                   "--conv", "sd", "--gate", "bounded", "--arch", "sm_90"};
+                                   "--conv", "sd", "--gate", "bounded", "--route", "rowcta", "--arch", "sm_90"};
   Run r = cli(args, scratch.path());
   CHECK(r.code == 0);
   CHECK(count_lines(r.err, "kdajit: warning:") == 1);

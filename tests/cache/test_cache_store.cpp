@@ -10,6 +10,7 @@
 #include "catch.hpp"
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
+#include "kdajit/sha256.hpp"
 
 using namespace kdajit;
 using namespace kdajit::test;

@@ -4,7 +4,8 @@
 #include <string>
 
 #include "catch.hpp"
-#include "kdajit/generator.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/source_generator.hpp"
 
 using namespace kdajit;
 
@@ -35,7 +36,7 @@ TEST_CASE("generated source starts with its key name and holds the holes", "[gen
     CHECK(src->find("#define KDA_CONV_DS " + std::string(k.conv == ConvLayout::ds ? "1" : "0")) != std::string::npos);
     CHECK(src->find("#define KDA_GATE_SOFTPLUS " + std::string(k.gate == Gate::softplus ? "1" : "0")) != std::string::npos);
     CHECK(src->find(std::string("__global__")) != std::string::npos);
-    CHECK(src->find(route_config(k).entry) != std::string::npos);
+    CHECK(src->find(std::string(entry_name(k.op))) != std::string::npos);
     // Self-contained: the local includes are inlined and no toolkit header is named
     // (kda_params.h includes <stdint.h> only for host compilers, outside __CUDACC_RTC__).
     CHECK(src->find("#include \"") == std::string::npos);

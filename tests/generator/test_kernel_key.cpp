@@ -8,6 +8,9 @@
 
 #include "catch.hpp"
 #include "kdajit/kernel_key.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/sha256.hpp"
 
 using namespace kdajit;
 
@@ -31,13 +34,19 @@ std::string error_of(const R& r) {
 
 bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
 
+// Families x the routes that serve each op.
+size_t preset_size(size_t single_families, size_t packed_families) {
+  return single_families * route_names(Op::single).size() + packed_families * route_names(Op::packed).size();
+}
+
 TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
-  CHECK(keys_of("glm-5.3-flash", Arch::sm_90).size() == 64);
-  CHECK(keys_of("kimi-k3", Arch::sm_90).size() == 64);
-  CHECK(keys_of("full", Arch::sm_90a).size() == 720);
+  // glm/kimi: 4 heads x 2 dtypes x 2 layouts, single + packed T 2..4; full: 10 heads x 2 x 2 x 2 gates, single + T 1..8.
+  CHECK(keys_of("glm-5.3-flash", Arch::sm_90).size() == preset_size(16, 48));
+  CHECK(keys_of("kimi-k3", Arch::sm_90).size() == preset_size(16, 48));
+  CHECK(keys_of("full", Arch::sm_90a).size() == preset_size(80, 640));
   const auto names = preset_names();
   CHECK(names.size() == 3);
-  CHECK(std::find(names.begin(), names.end(), kDefaultPreset) != names.end());
+  CHECK(std::find(names.begin(), names.end(), "glm-5.3-flash") != names.end());
   // The preset's arch is stamped on every key.
   for (Arch a : kArchs)
     for (const KernelKey& k : keys_of("kimi-k3", a)) REQUIRE(k.arch == a);
@@ -68,27 +77,27 @@ TEST_CASE("kernel key: every preset key round-trips through its name and JSON", 
         ++checked;
       }
     }
-  CHECK(checked == (64 + 64 + 720) * 5);
+  CHECK(checked == (2 * preset_size(16, 48) + preset_size(80, 640)) * 5);
 }
 
-TEST_CASE("kernel key: digests are stable and distinct", "[kernel_key]") {
+TEST_CASE("kernel key: name digests are stable and distinct", "[kernel_key]") {
   // Known answers: FIPS 180-2 "abc", and a key name hashed with coreutils sha256sum.
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   auto k = parse_key("kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90");
   REQUIRE(k.ok());
-  CHECK(key_digest(*k) == "bf71df38e724e068afd2346707abb34ce7fdc2ad079f2323071525f5ebe75055");
+  CHECK(sha256_hex(key_name(*k)) == "bf71df38e724e068afd2346707abb34ce7fdc2ad079f2323071525f5ebe75055");
   auto k2 = parse_key("kda_packed.h16.state_bf16.conv_ds.t4.gate_bounded.route_rowcta.sm_90a");
   REQUIRE(k2.ok());
-  CHECK(key_digest(*k2) == "fe876dc59a6549f3f0cff8a841cbb55509dc007c48f57c497120e6e66f1c917a");
+  CHECK(sha256_hex(key_name(*k2)) == "fe876dc59a6549f3f0cff8a841cbb55509dc007c48f57c497120e6e66f1c917a");
 
   std::unordered_set<std::string> digests;
   size_t n = 0;
   for (Arch arch : kArchs)
     for (const KernelKey& key : keys_of("full", arch)) {
-      const std::string d = key_digest(key);
+      const std::string d = sha256_hex(key_name(key));
       REQUIRE(d.size() == 64);
       REQUIRE(d.find_first_not_of("0123456789abcdef") == std::string::npos);
-      REQUIRE(d == key_digest(key));                  // recomputed
+      REQUIRE(d == sha256_hex(key_name(key)));                  // recomputed
       REQUIRE(d == sha256_hex(key_name(key)));        // the digest of the canonical name
       digests.insert(d);
       ++n;
@@ -97,7 +106,7 @@ TEST_CASE("kernel key: digests are stable and distinct", "[kernel_key]") {
   // Keys that differ in one field differ in digest.
   KernelKey a{}, b{};
   b.arch = Arch::sm_90a;
-  CHECK(key_digest(a) != key_digest(b));
+  CHECK(sha256_hex(key_name(a)) != sha256_hex(key_name(b)));
 }
 
 TEST_CASE("kernel key: validation errors name the field and the allowed values", "[kernel_key]") {

@@ -1,14 +1,15 @@
-// Device side of the GPU tests: upload a reference Problem's buffers, run a
-// kdajit call on them, download what the call writes.
+// Device side of the GPU tests: Catch2 wrappers around the one upload/download
+// helper (kdajit/device_problem.hpp) and a runtime per route.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "catch.hpp"
+#include "kdajit/device_problem.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit/problem.hpp"
 
@@ -20,57 +21,27 @@ namespace kdajit::test {
     if (e_ != cudaSuccess) FAIL(std::string(#expr) + ": " + cudaGetErrorString(e_));              \
   } while (0)
 
-// Device copies of every buffer of a problem, and args pointing at them.
+// Device copies of a problem; any failure fails the test case.
 class DeviceProblem {
  public:
-  explicit DeviceProblem(ref::Problem& p) : args_(p.args()) {
-    for (auto& b : p.buffers()) {
-      void* d = nullptr;
-      REQUIRE(cudaMalloc(&d, b.bytes->size()) == cudaSuccess);
-      ptrs_.push_back({b.tensor, d, b.bytes->size(), b.written});
-      (args_.*b.view).data = d;
-    }
-    upload(p);
+  explicit DeviceProblem(ref::Problem& p) {
+    auto d = ref::DeviceProblem::upload(p);
+    if (!d) FAIL("upload: " << d.error().message);
+    dev_ = std::move(d).value();
   }
-  ~DeviceProblem() {
-    for (auto& d : ptrs_) cudaFree(d.ptr);
-  }
-  DeviceProblem(const DeviceProblem&) = delete;
-  DeviceProblem& operator=(const DeviceProblem&) = delete;
-
-  // Copies every buffer of p (same shapes as the constructor's) to the device.
   void upload(ref::Problem& p) {
-    for (auto& d : ptrs_) {
-      const auto& bytes = p.bytes(d.tensor);
-      REQUIRE(bytes.size() == d.size);
-      REQUIRE(cudaMemcpy(d.ptr, bytes.data(), d.size, cudaMemcpyHostToDevice) == cudaSuccess);
-    }
-    // The call's scalars come from the problem too.
-    const auto a = p.args();
-    args_.norm_eps = a.norm_eps;
-    args_.lower_bound = a.lower_bound;
-    args_.gate = a.gate;
-    args_.state_indices_mode = a.state_indices_mode;
+    Status s = dev_->reupload(p);
+    if (!s) FAIL("reupload: " << s.error().message);
   }
-  // Copies the buffers the call writes back into p.
   void download(ref::Problem& p) {
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    for (auto& d : ptrs_)
-      if (d.written)
-        REQUIRE(cudaMemcpy(p.bytes(d.tensor).data(), d.ptr, d.size, cudaMemcpyDeviceToHost) == cudaSuccess);
+    Status s = dev_->download(p);
+    if (!s) FAIL("download: " << s.error().message);
   }
-  const kdajit_decode_args_t& args() const { return args_; }
-  kdajit_decode_args_t& args() { return args_; }
+  const kdajit_decode_args_t& args() const { return dev_->args(); }
+  kdajit_decode_args_t& args() { return dev_->args(); }
 
  private:
-  struct Dev {
-    ref::Tensor tensor;
-    void* ptr;
-    size_t size;
-    bool written;
-  };
-  kdajit_decode_args_t args_;
-  std::vector<Dev> ptrs_;
+  std::unique_ptr<ref::DeviceProblem> dev_;
 };
 
 inline Outcome run_op(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& args, cudaStream_t stream) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU test suite on a CUDA machine: build, the GPU tests in parallel shards
-# (Catch2 3 --shard-count), compute-sanitizer memcheck and racecheck on the
-# [sanitize] cases, then the README main job (prewarm + selfcheck).
-# Logs under ${OUT:-/tmp/kdajit-out}; a summary is printed last.
+# (Catch2 3 --shard-count), compute-sanitizer memcheck, racecheck and synccheck
+# on the [sanitize] cases (every route), then the README main job (prewarm +
+# selfcheck). Logs under ${OUT:-/tmp/kdajit-out}; a summary is printed last.
+# Exit status: 0 only when the build, every shard, every sanitizer run (no
+# error reported) and the main job all passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-out}
@@ -33,9 +35,10 @@ summary+=("gpu tests: rc=$rc, $cases test cases in $SHARDS shards, $(( $(date +%
 summary+=("$(grep -E '^(test cases|All tests passed)' "$OUT/gpu.log" | sort | uniq -c | tr '\n' ';')")
 
 # 2. compute-sanitizer on the small cases (kernels already cached above).
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/test_gpu_decode" "[sanitize]" >"$OUT/sanitizer_$tool.log" 2>&1
   src=$?
+  [ $src = 0 ] || rc=1
   summary+=("compute-sanitizer $tool: rc=$src, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
 done
 
@@ -43,8 +46,11 @@ done
 export KDAJIT_CACHE_DIR=/tmp/kdajit-main-job
 { "$B/tools/kdajit" keys --preset glm-5.3-flash && "$B/tools/kdajit" prewarm --preset glm-5.3-flash && "$B/tools/kdajit" selfcheck; } >"$OUT/main_job.log" 2>&1
 mrc=$?
+[ $mrc = 0 ] || rc=1
 "$B/tools/kdajit" verify --load >"$OUT/verify_load.log" 2>&1
-summary+=("verify --load: rc=$?, $(tail -1 "$OUT/verify_load.log")")
+vrc=$?
+[ $vrc = 0 ] || rc=1
+summary+=("verify --load: rc=$vrc, $(tail -1 "$OUT/verify_load.log")")
 summary+=("main job: rc=$mrc, $(grep -E '^selfcheck:|compiled .* already cached' "$OUT/main_job.log" | tail -2 | tr '\n' ' ')")
 
 printf '%s\n' "${summary[@]}"

@@ -1,9 +1,13 @@
 // GPU tests on the device: every specialization against the f64 reference
 // (spec section 8), plus graph capture, determinism, layouts and slot rules.
 // One test case per kernel key, named by the key.
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -13,6 +17,8 @@
 #include "dynamic_tests.hpp"
 #include "gpu_harness.hpp"
 #include "kdajit/kernel_key.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/routes.hpp"
 
 using namespace kdajit;
 using kdajit::ref::Problem;
@@ -22,16 +28,38 @@ using kdajit::test::DeviceProblem;
 
 namespace {
 
+std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& opts) {
+  std::unique_ptr<Runtime> r;
+  Outcome o = Runtime::create(opts, &r);
+  if (!o) {
+    fmt::print(stderr, "kdajit runtime: {}\n", o.message);
+    std::abort();
+  }
+  return r;
+}
+
+// The selector's runtime (built-in bands: no tune table is consulted).
 Runtime& runtime() {
   static std::unique_ptr<Runtime> rt = [] {
-    std::unique_ptr<Runtime> r;
-    Outcome o = Runtime::create(RuntimeOptions{}, &r);
-    if (!o) {
-      fmt::print(stderr, "kdajit runtime: {}\n", o.message);
-      std::abort();
-    }
-    return r;
+    RuntimeOptions opts;
+    opts.use_tuning = false;
+    return make_runtime(opts);
   }();
+  return *rt;
+}
+
+// A runtime whose every call runs `route` (options.route): each route is tested
+// on every shape, whatever the selector would pick.
+Runtime& runtime_for(Route route) {
+  static std::mutex mu;
+  static std::map<Route, std::unique_ptr<Runtime>> rts;
+  std::lock_guard lock(mu);
+  auto& rt = rts[route];
+  if (!rt) {
+    RuntimeOptions opts;
+    opts.route = std::string(to_string(route));
+    rt = make_runtime(opts);
+  }
   return *rt;
 }
 
@@ -58,10 +86,10 @@ Problem make(const ProblemSpec& spec) {
 }
 
 // Runs `got` on the device (in place) and the reference on `expected`; checks.
-void run_and_compare(Problem& expected, Problem& got) {
+void run_and_compare(Problem& expected, Problem& got, Runtime& rt = runtime()) {
   REQUIRE(expected.run_reference().ok());
   DeviceProblem dev(got);
-  Outcome o = test::run_op(runtime(), got.op(), dev.args(), stream());
+  Outcome o = test::run_op(rt, got.op(), dev.args(), stream());
   INFO(o.message);
   REQUIRE(o.ok());
   dev.download(got);
@@ -71,18 +99,18 @@ void run_and_compare(Problem& expected, Problem& got) {
   REQUIRE(rep.pass);
 }
 
-void check_problem(const ProblemSpec& spec) {
+void check_problem(const ProblemSpec& spec, Runtime& rt = runtime()) {
   Problem p = make(spec);
   Problem expected = p, got = p;
-  run_and_compare(expected, got);
+  run_and_compare(expected, got, rt);
 }
 
 // Packed: window 1, then window 2 reading the checkpoints window 1 wrote on the
 // device (a' accepted in [1, L1]), checked against the reference from the same state.
-void check_chained(const ProblemSpec& spec) {
+void check_chained(const ProblemSpec& spec, Runtime& rt) {
   Problem p = make(spec);
   Problem expected = p, got = p;
-  run_and_compare(expected, got);
+  run_and_compare(expected, got, rt);
   // The second window starts from the device's state after window 1.
   Problem second = got;
   auto& acc = second.bytes(Tensor::num_accepted_tokens);
@@ -94,14 +122,17 @@ void check_chained(const ProblemSpec& spec) {
   }
   second.poison_outputs();  // also snapshots the before-state
   Problem expected2 = second, got2 = second;
-  run_and_compare(expected2, got2);
+  run_and_compare(expected2, got2, rt);
 }
 
 ProblemSpec spec_for(const KernelKey& key, uint64_t seed) { return ref::default_spec(key, seed); }
 
+// The key's route runs it (a runtime forced to that route), so every route is
+// checked on every shape of the list whatever the selector would pick.
 void check_key(const KernelKey& key, int index) {
   const uint64_t seed = 1000 + static_cast<uint64_t>(index) * 17;
   const float eps = index % 2 ? 1e-6f : 1e-5f;
+  Runtime& rt = runtime_for(key.route);
   if (key.op == Op::single) {
     static constexpr int kRows[] = {1, 3, 33, 257};
     for (int rows : {kRows[index % 4], 33}) {
@@ -110,7 +141,15 @@ void check_key(const KernelKey& key, int index) {
       s.null_rows = rows >= 3 ? 1 : 0;
       s.oob_rows = rows >= 3 ? 1 : 0;
       s.norm_eps = eps;
-      DYNAMIC_SECTION("rows " << rows) { check_problem(s); }
+      DYNAMIC_SECTION("rows " << rows) { check_problem(s, rt); }
+    }
+    if (key.route == Route::sequential) {
+      // Its reason to exist: repeated slots, applied in row order.
+      ProblemSpec s = spec_for(key, seed + 5);
+      s.rows = 11;
+      s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+      s.norm_eps = eps;
+      DYNAMIC_SECTION("repeated slots") { check_problem(s, rt); }
     }
   } else {
     // Every accepted count 1..T, ragged and empty sequences, rows beyond qsl[N].
@@ -124,7 +163,7 @@ void check_key(const KernelKey& key, int index) {
     }
     s.extra_rows = 2;
     s.norm_eps = eps;
-    check_chained(s);
+    check_chained(s, rt);
   }
 }
 
@@ -140,24 +179,27 @@ std::vector<KernelKey> test_keys() {
     if (!preset_list) std::abort();
     for (const auto& k : *preset_list) add(k);
   }
-  // Odd head counts, both gates, both ops, dtypes and layouts alternating.
+  // Odd head counts, both gates, both ops, every route, dtypes and layouts alternating.
   int i = 0;
   for (int h : {1, 5, 40, 128})
     for (auto op : {Op::single, Op::packed})
-      for (auto g : {Gate::bounded, Gate::softplus}) {
-        ++i;
-        add({op, h, i % 2 ? StateDtype::bf16 : StateDtype::f32, (i / 2) % 2 ? ConvLayout::ds : ConvLayout::sd,
-             op == Op::single ? 1 : 3, g, Route::rowcta, arch});
-      }
+      for (auto g : {Gate::bounded, Gate::softplus})
+        for (const RouteSpec& r : route_table()) {
+          if (!r.serves(op)) continue;
+          ++i;
+          add({op, h, i % 2 ? StateDtype::bf16 : StateDtype::f32, (i / 2) % 2 ? ConvLayout::ds : ConvLayout::sd,
+               op == Op::single ? 1 : 3, g, r.route, arch});
+        }
   // Packed T 1..8 beyond the presets' 2..4.
   for (int t : {1, 5, 6, 7, 8}) {
     ++i;
     add({Op::packed, 16, i % 2 ? StateDtype::bf16 : StateDtype::f32, i % 3 ? ConvLayout::ds : ConvLayout::sd, t,
          t % 2 ? Gate::softplus : Gate::bounded, Route::rowcta, arch});
   }
-  // Softplus on a preset shape, both dtypes.
+  // Softplus on a preset shape, both dtypes, every single-op route.
   for (auto st : {StateDtype::f32, StateDtype::bf16})
-    add({Op::single, 64, st, ConvLayout::sd, 1, Gate::softplus, Route::rowcta, arch});
+    for (const RouteSpec& r : route_table())
+      if (r.serves(Op::single)) add({Op::single, 64, st, ConvLayout::sd, 1, Gate::softplus, r.route, arch});
   return keys;
 }
 
@@ -174,9 +216,17 @@ KernelKey key_of(Op op, int h, StateDtype st, ConvLayout cv, int t, Gate g = Gat
   return {op, h, st, cv, t, g, Route::rowcta, device_arch()};
 }
 
+// Every route that serves `op`.
+std::vector<Route> routes_of(Op op) {
+  std::vector<Route> out;
+  for (const RouteSpec& r : route_table())
+    if (r.serves(op)) out.push_back(r.route);
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("repeated_positive applies rows in row order", "[gpu]") {
+TEST_CASE("repeated_positive applies rows in row order (the selector picks sequential)", "[gpu]") {
   for (auto st : {StateDtype::f32, StateDtype::bf16}) {
     ProblemSpec s = ref::default_spec(key_of(Op::single, 8, st, ConvLayout::ds, 1), 77 + static_cast<int>(st));
     s.rows = 12;
@@ -187,12 +237,49 @@ TEST_CASE("repeated_positive applies rows in row order", "[gpu]") {
   }
 }
 
-TEST_CASE("out-of-range slots are counted in the diagnostics counter", "[gpu]") {
-  ProblemSpec s = ref::default_spec(key_of(Op::single, 4, StateDtype::f32, ConvLayout::sd, 1), 5);
-  s.rows = 9;
-  s.null_rows = 2;
-  s.oob_rows = 3;
+TEST_CASE("out-of-range slots are counted in the diagnostics counter, on every route", "[gpu]") {
+  for (Route route : routes_of(Op::single)) {
+    DYNAMIC_SECTION("route " << to_string(route)) {
+      ProblemSpec s = ref::default_spec(key_of(Op::single, 4, StateDtype::f32, ConvLayout::sd, 1), 5);
+      s.rows = 9;
+      s.null_rows = 2;
+      s.oob_rows = 3;
+      Problem p = make(s);
+      Problem expected = p, got = p;
+      REQUIRE(expected.run_reference().ok());
+      DeviceProblem dev(got);
+      int32_t* counter = nullptr;
+      KDAJIT_CUDA_CHECK(cudaMalloc(&counter, sizeof(int32_t)));
+      KDAJIT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int32_t)));
+      dev.args().oob_counter = counter;
+      REQUIRE(test::run_op(runtime_for(route), got.op(), dev.args(), stream()).ok());
+      dev.download(got);
+      int32_t count = -1;
+      KDAJIT_CUDA_CHECK(cudaMemcpy(&count, counter, sizeof(int32_t), cudaMemcpyDeviceToHost));
+      cudaFree(counter);
+      CHECK(count == 3);
+      auto rep = ref::compare(expected, got);
+      INFO(rep.message);
+      CHECK(rep.pass);
+    }
+  }
+}
+
+// The packed op counts every referenced position of state_indices[n, :] whose
+// slot is >= S (docs/CONTRACT.md §4): conv slot, source slot and checkpoints.
+TEST_CASE("packed: out-of-range slots are counted per referenced position", "[gpu]") {
+  ProblemSpec s = ref::default_spec(key_of(Op::packed, 4, StateDtype::bf16, ConvLayout::ds, 3), 6);
+  s.seq_lens = {3, 3, 2, 0, 3};
+  s.num_accepted = {1, 2, 3, 1, 2};
   Problem p = make(s);
+  // Plant out-of-range values where the op reads them and where it does not.
+  auto* si = reinterpret_cast<int32_t*>(p.bytes(Tensor::state_indices).data());
+  const int32_t S = static_cast<int32_t>(p.num_slots());
+  si[0 * 3 + 0] = S;      // seq 0: conv slot (t = 0, also a-1 = 0): one position
+  si[1 * 3 + 2] = S + 7;  // seq 1: checkpoint t = 2 < L = 3
+  si[2 * 3 + 2] = S;      // seq 2: t = 2 >= L = 2 and != a-1 = 2? a = 3: a-1 = 2 is the source: counted
+  si[3 * 3 + 0] = S;      // seq 3: empty: nothing counted
+  p.snapshot();
   Problem expected = p, got = p;
   REQUIRE(expected.run_reference().ok());
   DeviceProblem dev(got);
@@ -325,13 +412,16 @@ TEST_CASE("sd and ds give bit-identical outputs and states", "[gpu]") {
 
 // Beyond the 65535 limit of grid y: single rows loop, packed items spill into grid z.
 TEST_CASE("more than 65535 rows", "[gpu]") {
-  SECTION("single") {
-    ProblemSpec s = ref::default_spec(key_of(Op::single, 2, StateDtype::f32, ConvLayout::sd, 1), 65);
-    s.rows = 70001;
-    s.null_rows = 69980;  // keeps the state pool small; live rows are spread over the batch
-    s.oob_rows = 5;
-    s.row_pad = 0;
-    check_problem(s);
+  for (Route route : routes_of(Op::single)) {
+    if (route == Route::sequential) continue;  // one CTA per head walks all rows: no grid limit to cross
+    DYNAMIC_SECTION("single, route " << to_string(route)) {
+      ProblemSpec s = ref::default_spec(key_of(Op::single, 2, StateDtype::f32, ConvLayout::sd, 1), 65);
+      s.rows = 70001;
+      s.null_rows = 69980;  // keeps the state pool small; live rows are spread over the batch
+      s.oob_rows = 5;
+      s.row_pad = 0;
+      check_problem(s, runtime_for(route));
+    }
   }
   SECTION("packed") {
     ProblemSpec s = ref::default_spec(key_of(Op::packed, 2, StateDtype::bf16, ConvLayout::ds, 2), 66);
@@ -367,16 +457,103 @@ TEST_CASE("a runtime pinned to a device through options.device", "[gpu]") {
   CHECK(e.message.find("options.device") != std::string::npos);
 }
 
-// Small cases for compute-sanitizer (memcheck, racecheck): one single and one
-// packed call per state dtype. Run with the tag [sanitize].
+// Small cases for compute-sanitizer (memcheck, racecheck, synccheck): every
+// route of each op, per state dtype. Run with the tag [sanitize].
 TEST_CASE("sanitizer cases", "[sanitize]") {
   for (auto op : {Op::single, Op::packed})
-    for (auto st : {StateDtype::f32, StateDtype::bf16}) {
-      DYNAMIC_SECTION(to_string(op) << " " << to_string(st)) {
-        ProblemSpec s = ref::default_spec(key_of(op, 4, st, op == Op::single ? ConvLayout::sd : ConvLayout::ds,
-                                                 op == Op::single ? 1 : 3),
-                                          99);
-        check_problem(s);
+    for (Route route : routes_of(op))
+      for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+        DYNAMIC_SECTION(to_string(op) << " " << to_string(route) << " " << to_string(st)) {
+          ProblemSpec s = ref::default_spec(key_of(op, 4, st, op == Op::single ? ConvLayout::sd : ConvLayout::ds,
+                                                   op == Op::single ? 1 : 3),
+                                            99);
+          if (route == Route::sequential) s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
+          check_problem(s, runtime_for(route));
+        }
       }
+}
+
+// Two CUDA contexts on one GPU in one process: the registry keeps loaded
+// kernels per context, and each call launches in its stream's context.
+TEST_CASE("two CUDA contexts on one GPU, calls interleaved", "[gpu]") {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  using CreateV4 = CUresult (*)(CUcontext*, void*, unsigned, CUdevice);  // CUDA >= 12.5 drivers
+  using CreateV2 = CUresult (*)(CUcontext*, unsigned, CUdevice);
+  using Push = CUresult (*)(CUcontext);
+  using Pop = CUresult (*)(CUcontext*);
+  using Destroy = CUresult (*)(CUcontext);
+  auto create_v4 = reinterpret_cast<CreateV4>(dlsym(lib, "cuCtxCreate_v4"));
+  auto create_v2 = reinterpret_cast<CreateV2>(dlsym(lib, "cuCtxCreate_v2"));
+  auto push = reinterpret_cast<Push>(dlsym(lib, "cuCtxPushCurrent_v2"));
+  auto pop = reinterpret_cast<Pop>(dlsym(lib, "cuCtxPopCurrent_v2"));
+  auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cuCtxDestroy_v2"));
+  REQUIRE(((create_v4 || create_v2) && push && pop && destroy));
+  auto create = [&](CUcontext* ctx) { return create_v4 ? create_v4(ctx, nullptr, 0, 0) : create_v2(ctx, 0, 0); };
+
+  KDAJIT_CUDA_CHECK(cudaSetDevice(0));
+  KDAJIT_CUDA_CHECK(cudaFree(nullptr));  // the primary context is current: context A
+  CUcontext b = nullptr;
+  REQUIRE(create(&b) == CUDA_SUCCESS);  // context B, now current
+  CUcontext popped = nullptr;
+  REQUIRE(pop(&popped) == CUDA_SUCCESS);
+
+  auto spec = [](Op op, uint64_t seed) {
+    ProblemSpec s = ref::default_spec(key_of(op, 6, StateDtype::bf16, ConvLayout::sd, op == Op::single ? 1 : 2), seed);
+    if (op == Op::single) s.rows = 7;
+    return s;
+  };
+  struct Side {
+    Problem expected, got;
+  };
+  std::vector<Side> a, bside;
+  for (int i = 0; i < 2; ++i) {
+    Problem pa = make(spec(i ? Op::packed : Op::single, 900 + i)), pb = make(spec(i ? Op::single : Op::packed, 950 + i));
+    a.push_back({pa, pa});
+    bside.push_back({pb, pb});
+  }
+  cudaStream_t sa = nullptr, sb = nullptr;
+  KDAJIT_CUDA_CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+  REQUIRE(push(b) == CUDA_SUCCESS);
+  KDAJIT_CUDA_CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));  // in context B
+  REQUIRE(pop(&popped) == CUDA_SUCCESS);
+  {
+    std::vector<std::unique_ptr<DeviceProblem>> da, db;
+    for (int i = 0; i < 2; ++i) {
+      da.push_back(std::make_unique<DeviceProblem>(a[i].got));
+      REQUIRE(push(b) == CUDA_SUCCESS);
+      db.push_back(std::make_unique<DeviceProblem>(bside[i].got));  // allocated in context B
+      REQUIRE(pop(&popped) == CUDA_SUCCESS);
     }
+    // A, B, A, B: each launch goes to its stream's context, with no context switch by the caller.
+    for (int i = 0; i < 2; ++i) {
+      Outcome oa = test::run_op(runtime(), a[i].got.op(), da[i]->args(), sa);
+      INFO(oa.message);
+      REQUIRE(oa.ok());
+      Outcome ob = test::run_op(runtime(), bside[i].got.op(), db[i]->args(), sb);
+      INFO(ob.message);
+      REQUIRE(ob.ok());
+    }
+    for (int i = 0; i < 2; ++i) {
+      da[i]->download(a[i].got);
+      REQUIRE(push(b) == CUDA_SUCCESS);
+      db[i]->download(bside[i].got);
+      REQUIRE(pop(&popped) == CUDA_SUCCESS);
+    }
+    REQUIRE(push(b) == CUDA_SUCCESS);
+    db.clear();  // freed in context B
+    KDAJIT_CUDA_CHECK(cudaStreamDestroy(sb));
+    REQUIRE(pop(&popped) == CUDA_SUCCESS);
+  }
+  KDAJIT_CUDA_CHECK(cudaStreamDestroy(sa));
+  for (auto* side : {&a, &bside})
+    for (auto& [expected, got] : *side) {
+      REQUIRE(expected.run_reference().ok());
+      auto rep = ref::compare(expected, got);
+      INFO(rep.summary());
+      INFO(rep.message);
+      CHECK(rep.pass);
+    }
+  // Context B's modules stay loaded until B dies (the registry never unloads).
+  CHECK(destroy(b) == CUDA_SUCCESS);
 }

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "kdajit/error.hpp"
+#include "kdajit/kernel_key.hpp"
+#include "kdajit/log.hpp"
 
 namespace kdajit {
-
-enum class LogLevel : int { quiet = 0, info = 1, debug = 2 };
 
 struct Environment {
   std::optional<std::string> cache_dir;       // KDAJIT_CACHE_DIR
@@ -17,6 +17,7 @@ struct Environment {
   std::optional<std::string> home;            // HOME
   std::optional<uint64_t> cache_max_bytes;    // KDAJIT_CACHE_MAX_BYTES
   bool disable_jit = false;                   // KDAJIT_DISABLE_JIT=1
+  std::optional<Arch> arch;                   // KDAJIT_ARCH: the target instead of the device's
   LogLevel log_level = LogLevel::info;        // KDAJIT_LOG=quiet|info|debug
 };
 

@@ -1,12 +1,17 @@
 // The kernel key: the single source of truth for one kernel specialization.
 // The generator, the cache, the route selector, the CLI and the tests all take it.
+//
+// Each field's spelling lives in one table (KeyField<E> below, kKeyLayout for the
+// order and prefixes): key names, JSON, parsers, error messages and CLI help are
+// all made from those tables.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -18,7 +23,8 @@ enum class Op : uint8_t { single, packed };
 enum class StateDtype : uint8_t { f32, bf16 };
 enum class ConvLayout : uint8_t { sd, ds };
 enum class Gate : uint8_t { bounded, softplus };
-enum class Route : uint8_t { rowcta };
+// One value per row of the route table (generator/src/route_table.cpp).
+enum class Route : uint8_t { rowcta, sequential, split2, split4 };
 enum class Arch : uint8_t { sm_90, sm_90a, sm_100a, sm_103a, sm_120a };
 
 inline constexpr int kHeadDim = 128;  // D
@@ -26,24 +32,94 @@ inline constexpr int kConvWidth = 4;  // W
 inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxTokens = 16;  // T of the packed op
 
-std::string_view to_string(Op v);
-std::string_view to_string(StateDtype v);
-std::string_view to_string(ConvLayout v);
-std::string_view to_string(Gate v);
-std::string_view to_string(Route v);
-std::string_view to_string(Arch v);
+// The spelling table of one enum field: its name (in JSON, messages and CLI help)
+// and the canonical spelling of every value, in enum order.
+template <class E>
+struct KeyField;
+template <>
+struct KeyField<Op> {
+  static constexpr std::string_view name = "op";
+  static constexpr std::array<std::string_view, 2> values = {"single", "packed"};
+};
+template <>
+struct KeyField<StateDtype> {
+  static constexpr std::string_view name = "state";
+  static constexpr std::array<std::string_view, 2> values = {"f32", "bf16"};
+};
+template <>
+struct KeyField<ConvLayout> {
+  static constexpr std::string_view name = "conv";
+  static constexpr std::array<std::string_view, 2> values = {"sd", "ds"};
+};
+template <>
+struct KeyField<Gate> {
+  static constexpr std::string_view name = "gate";
+  static constexpr std::array<std::string_view, 2> values = {"bounded", "softplus"};
+};
+template <>
+struct KeyField<Route> {
+  static constexpr std::string_view name = "route";
+  static constexpr std::array<std::string_view, 4> values = {"rowcta", "sequential", "split2", "split4"};
+};
+template <>
+struct KeyField<Arch> {
+  static constexpr std::string_view name = "arch";
+  static constexpr std::array<std::string_view, 5> values = {"sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120a"};
+};
 
-// Parsers take the canonical spelling of one field value. Errors name the field
-// and list the allowed values.
-Result<Op> parse_op(std::string_view s);
-Result<StateDtype> parse_state_dtype(std::string_view s);
-Result<ConvLayout> parse_conv_layout(std::string_view s);
-Result<Gate> parse_gate(std::string_view s);
-Result<Route> parse_route(std::string_view s);
-Result<Arch> parse_arch(std::string_view s);
+template <class E>
+concept KeyEnum = requires { KeyField<E>::values; };
+
+template <KeyEnum E>
+constexpr bool in_range(E v) {
+  return static_cast<size_t>(v) < KeyField<E>::values.size();
+}
+template <KeyEnum E>
+constexpr std::string_view to_string(E v) {
+  return in_range(v) ? KeyField<E>::values[static_cast<size_t>(v)] : std::string_view("?");
+}
+// Every value of a field, in enum order.
+template <KeyEnum E>
+constexpr std::array<E, KeyField<E>::values.size()> all_values() {
+  std::array<E, KeyField<E>::values.size()> out{};
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
+  return out;
+}
+// "single|packed": the allowed spellings, for messages and help.
+template <KeyEnum E>
+std::string choices(std::string_view sep = "|") {
+  std::string s;
+  for (auto v : KeyField<E>::values) s.append(s.empty() ? "" : sep).append(v);
+  return s;
+}
+// The canonical spelling of one value; errors name the field and list the choices.
+template <KeyEnum E>
+Result<E> parse_field(std::string_view s) {
+  for (size_t i = 0; i < KeyField<E>::values.size(); ++i)
+    if (KeyField<E>::values[i] == s) return static_cast<E>(i);
+  return invalid_argument("kernel key field '" + std::string(KeyField<E>::name) + "': expected one of " +
+                          choices<E>() + ", got '" + std::string(s) + "'");
+}
+inline Result<Arch> parse_arch(std::string_view s) { return parse_field<Arch>(s); }
+
+// The eight fields of a key name, in order: JSON name, prefix in the name, and
+// for the two integer fields their range.
+struct KeyFieldLayout {
+  std::string_view json_name;
+  std::string_view prefix;
+  int lo = 0, hi = 0;  // integer fields only (hi > 0)
+};
+inline constexpr std::array<KeyFieldLayout, 8> kKeyLayout = {{{"op", "kda_"},
+                                                                {"heads", "h", 1, kMaxHeads},
+                                                                {"state", "state_"},
+                                                                {"conv", "conv_"},
+                                                                {"t", "t", 1, kMaxTokens},
+                                                                {"gate", "gate_"},
+                                                                {"route", "route_"},
+                                                                {"arch", ""}}};
 
 // Compute capability of an arch (e.g. 90 for sm_90a) and the reverse for a
-// device: sm_90 -> sm_90 (plain; sm_90a kernels run only where the a-features exist).
+// device: 9.0 -> sm_90 (plain; sm_90a kernels run only where the a-features exist).
 int arch_compute_capability(Arch a);
 Result<Arch> arch_for_compute_capability(int major, int minor);
 
@@ -61,31 +137,23 @@ struct KernelKey {
   friend auto operator<=>(const KernelKey&, const KernelKey&) = default;
 };
 
-// Every field in range and the combination possible (T == 1 for single, ...).
+// Every field in range and the combination possible (T == 1 for single, the
+// route serves the op, ...).
 Status validate(const KernelKey& key);
 
 // `kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90`
 std::string key_name(const KernelKey& key);
+// The one key parser: a key name, or (key_from_json) the same fields as JSON.
 Result<KernelKey> parse_key(std::string_view name);
-
 nlohmann::json key_to_json(const KernelKey& key);
 // Strict: unknown fields, missing fields and bad values are errors naming the field.
 Result<KernelKey> key_from_json(const nlohmann::json& j);
-
-// SHA-256 (lowercase hex) of the canonical name: stable across builds and hosts.
-std::string key_digest(const KernelKey& key);
+// The shape of a key name, spelled from the tables ("kda_<single|packed>.h<1..128>...").
+std::string key_name_shape();
 
 // A 64-bit hash for in-memory maps.
 struct KernelKeyHash {
   size_t operator()(const KernelKey& k) const noexcept;
 };
-
-// Model presets.
-std::vector<std::string_view> preset_names();
-Result<std::vector<KernelKey>> preset_keys(std::string_view preset, Arch arch);
-inline constexpr std::string_view kDefaultPreset = "glm-5.3-flash";
-
-// Lowercase hex SHA-256 of arbitrary bytes (OpenSSL).
-std::string sha256_hex(std::string_view bytes);
 
 }  // namespace kdajit

@@ -1,5 +1,7 @@
 // kdajit: the C++ API. A thin, exception-free layer over the C ABI types
 // (kdajit.h): tensor views and decode arguments are the C structs.
+// Contract: docs/CONTRACT.md ("§N" is its section N); every field of the
+// argument structs is documented where kdajit.h declares it.
 #pragma once
 
 #include <memory>
@@ -9,16 +11,23 @@
 
 namespace kdajit {
 
+// A strided view; shapes and strides in elements (§1.2).
 using TensorView = kdajit_tensor_t;
+// Both ops' arguments: every tensor with shape, dtype and strides (§1), the
+// scalars (§1.4).
 using DecodeArgs = kdajit_decode_args_t;
+// The key fields of a call, for query_support (§5).
 using SupportConfig = kdajit_config_t;
 using StreamHandle = kdajit_stream_t;
 
 // The result of an API call: a status code and, on failure, a message that
-// names the argument, the expected and the given value.
+// names the argument, the expected and the given value. Codes: kdajit_status_t
+// (§6): H > 128 and T > 16 are UNSUPPORTED, other contract violations
+// INVALID_ARGUMENT.
 struct Outcome {
   kdajit_status_t code = KDAJIT_OK;
-  std::string message;
+  std::string message;  // one line
+  std::string detail;   // multi-line, may be empty: a compile's options, NVRTC log and failing source line
 
   bool ok() const { return code == KDAJIT_OK; }
   explicit operator bool() const { return ok(); }
@@ -27,12 +36,24 @@ struct Outcome {
 struct RuntimeOptions {
   std::string cache_dir;  // empty: KDAJIT_CACHE_DIR, $XDG_CACHE_HOME/kdajit, ~/.cache/kdajit
   std::string arch;       // empty: from the device; else e.g. "sm_90a"
+  // >= 0: pins the primary context of that device ordinal.
   int device = -1;        // -1: the context of each call's stream
   kdajit_log_level_t log_level = KDAJIT_LOG_DEFAULT;
+  // Empty: the selector picks the route per call (§5). Else a route name of
+  // `kdajit routes` that every call runs with; a call it cannot serve exactly
+  // fails with UNSUPPORTED (tests, benchmarks).
+  std::string route;
+  // Prefer a route table written by `kdajit tune` into the cache when one
+  // matches this GPU, driver, NVRTC and kdajit; false: the built-in bands only.
+  bool use_tuning = true;
+  // Launch with programmatic stream serialization (PDL): the kernel's prologue
+  // overlaps the previous kernel; it waits on the grid dependency before it
+  // reads anything that kernel may write.
+  bool pdl = false;
 };
 
 // Default-initialised decode arguments (gate bounded, lower_bound -5,
-// norm_eps 1e-6, mode unique_or_null, every tensor empty).
+// norm_eps 1e-6, mode unique_or_null, every tensor empty, no oob_counter; §1.4).
 KDAJIT_API DecodeArgs default_decode_args();
 
 // One runtime per engine process; thread-safe. Calls take the CUDA stream to
@@ -46,8 +67,20 @@ class KDAJIT_API Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
+  // Validates (§6: nothing is enqueued or written on failure), then launches.
+  // single_decode: one token per row (§2-§3); ignores query_start_loc and
+  // num_accepted_tokens. packed_decode: up to T tokens per sequence (§4);
+  // rejects state_indices_mode repeated_positive.
   Outcome single_decode(const DecodeArgs& args, StreamHandle stream);
   Outcome packed_decode(const DecodeArgs& args, StreamHandle stream);
+
+  // The kernel key name a call with these args would launch on `stream`
+  // (validation and route selection; nothing compiled or launched).
+  Outcome selected_key(kdajit_op_t op, const DecodeArgs& args, StreamHandle stream, std::string* key_name);
+
+  // Makes sure kernel `key_name` is in this runtime's cache (NVRTC compile when
+  // missing; no GPU needed). *compiled (may be null): whether this call compiled.
+  Outcome prewarm(const std::string& key_name, bool* compiled);
 
   // Supported or not, with the reason, without compiling or touching the GPU
   // (unless config.arch is null: then the device's arch is read).

@@ -1,0 +1,74 @@
+// The route table: one row per route (kernel shape), the single source of truth
+// that generation, the selector, the registry, the launcher, the presets, the
+// CLI (`kdajit routes`) and the tests all read. Adding a route is one template
+// file plus one row in generator/src/route_table.cpp (and its tests).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit {
+
+// The caller's promise about state_indices (kdajit_indices_mode_t, same numbers).
+enum class IndicesMode : uint8_t { unique_or_null, positive_unique, repeated_positive };
+
+// What validation derives from a call that selection and the launch need: the
+// key's family (every field but route and arch, which selection sets) and the
+// sizes. Declared once: validation fills it, the selector reads it.
+struct CallShape {
+  KernelKey family;
+  IndicesMode mode = IndicesMode::unique_or_null;
+  int64_t rows = 0;      // R
+  int64_t num_seqs = 0;  // N (packed op; 0 for the single op)
+};
+
+// The device a call runs on, as the selector sees it (read once per context).
+struct DeviceTraits {
+  Arch arch = Arch::sm_90;
+  int sm_count = 0;
+};
+
+struct LaunchGrid {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+// Grid dimension y (and z) may not exceed this.
+inline constexpr int64_t kMaxGridY = 65535;
+
+struct RouteSpec {
+  Route route;
+  // One line: what the kernel shape is.
+  std::string_view technique;
+  // The template file per op (index: Op); empty where the route does not serve that op.
+  std::array<std::string_view, 2> templates;
+  // CTAs that share one (row, head): a thread-block cluster along grid y (1: none).
+  int cluster = 1;
+  // Threads per CTA for a key of this route.
+  int (*threads)(const KernelKey& key) = nullptr;
+  // Whether this route computes `call` exactly as the contract says (e.g. only
+  // the sequential route applies repeated slots in row order), on `device`.
+  bool (*eligible)(const CallShape& call, const DeviceTraits& device) = nullptr;
+  std::string_view eligibility;  // the same rule in words (CLI, errors)
+  // The launch grid for a validated call.
+  LaunchGrid (*grid)(const CallShape& call) = nullptr;
+
+  std::string_view name() const { return to_string(route); }
+  bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
+  std::string_view template_file(Op op) const { return templates[static_cast<size_t>(op)]; }
+};
+
+// Every route, in Route enum order.
+std::span<const RouteSpec> route_table();
+const RouteSpec& route_spec(Route route);
+// The routes that serve an op, by name.
+std::vector<std::string_view> route_names(Op op);
+
+// The kernel's extern "C" name in the generated source (one per op, every route).
+std::string_view entry_name(Op op);
+
+}  // namespace kdajit

@@ -1,0 +1,80 @@
+// The route table (kdajit/routes.hpp). The selector's bands, which pick among
+// the eligible routes, are in runtime/src/call/select.cpp.
+#include <algorithm>
+
+#include "kdajit/routes.hpp"
+
+namespace kdajit {
+
+namespace {
+
+uint32_t clamp_grid(int64_t n) { return static_cast<uint32_t>(std::clamp<int64_t>(n, 1, kMaxGridY)); }
+
+// Not for repeated slots: rows run concurrently.
+bool not_repeated(const CallShape& c, const DeviceTraits&) { return c.mode != IndicesMode::repeated_positive; }
+bool any_call(const CallShape&, const DeviceTraits&) { return true; }
+
+int rowcta_threads(const KernelKey& k) {
+  // 8 warps: each thread holds 64 state values (f32: 16 rows x 4 k; bf16: 8 rows
+  // x 8 k), room for two CTAs per SM without spills. Packed bf16 state: 16 warps
+  // (32 values per thread, <= 64 registers) measured 10-13% faster on the H200;
+  // single bf16 was 8-12% slower with 16 warps and f32 spills there
+  // (docs/PERFORMANCE.md).
+  return k.op == Op::packed && k.state == StateDtype::bf16 ? 512 : 256;
+}
+int threads_256(const KernelKey&) { return 256; }
+
+LaunchGrid rowcta_grid(const CallShape& c) {
+  const uint32_t heads = static_cast<uint32_t>(c.family.heads);
+  if (c.family.op == Op::single) return {heads, clamp_grid(c.rows), 1};  // rows beyond grid y: the kernel's row loop
+  // Packed: one CTA per (item, head), items = max(N, R); grid z carries the overflow of y.
+  const int64_t items = std::max(c.num_seqs, c.rows);
+  const uint32_t y = clamp_grid(items);
+  return {heads, y, static_cast<uint32_t>((items + y - 1) / y)};
+}
+
+LaunchGrid sequential_grid(const CallShape& c) { return {static_cast<uint32_t>(c.family.heads), 1, 1}; }
+
+// Cluster routes: grid y = cluster x rows per wave; the kernel loops over rows
+// with a stride of gridDim.y / cluster.
+template <int C>
+LaunchGrid split_grid(const CallShape& c) {
+  const int64_t rows = std::min<int64_t>(c.rows, kMaxGridY / C);
+  return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(rows * C), 1};
+}
+
+constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
+
+const RouteSpec kRoutes[] = {
+    {Route::rowcta, "one CTA per (row or sequence, head); the state slice in registers, all loads issued first",
+     {"kda_single_rowcta.cu", "kda_packed_rowcta.cu"}, 1, rowcta_threads, not_repeated, kNotRepeated, rowcta_grid},
+    {Route::sequential, "one CTA per head walks the rows in row order (repeated slots see the previous row's update)",
+     {"kda_single_sequential.cu", ""}, 1, threads_256, any_call, "any single-op call", sequential_grid},
+    {Route::split2,
+     "the 128 value rows of one (row, head) over a cluster of 2 CTAs; RMSNorm sum through distributed shared memory",
+     {"kda_single_split.cu", ""}, 2, threads_256, not_repeated, kNotRepeated, split_grid<2>},
+    {Route::split4,
+     "the 128 value rows of one (row, head) over a cluster of 4 CTAs; RMSNorm sum through distributed shared memory",
+     {"kda_single_split.cu", ""}, 4, threads_256, not_repeated, kNotRepeated, split_grid<4>},
+};
+static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
+
+}  // namespace
+
+std::span<const RouteSpec> route_table() { return kRoutes; }
+
+const RouteSpec& route_spec(Route route) {
+  const size_t i = static_cast<size_t>(route);
+  return kRoutes[i < std::size(kRoutes) ? i : 0];
+}
+
+std::vector<std::string_view> route_names(Op op) {
+  std::vector<std::string_view> out;
+  for (const RouteSpec& r : kRoutes)
+    if (r.serves(op)) out.push_back(r.name());
+  return out;
+}
+
+std::string_view entry_name(Op op) { return op == Op::single ? "kda_single_decode" : "kda_packed_decode"; }
+
+}  // namespace kdajit

@@ -1,0 +1,40 @@
+// The runtime behind the public C++ API and the C ABI: validate -> resolve
+// (selection + registry lookup) -> load on a miss -> launch.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kdajit/kdajit.hpp"
+#include "kdajit/runtime/call/validate.hpp"
+#include "kdajit/runtime/device/registry.hpp"
+
+namespace kdajit {
+
+struct Runtime::Impl {
+  std::shared_ptr<KernelCache> cache;
+  std::unique_ptr<KernelRegistry> registry;
+  bool pdl = false;
+  CUcontext fixed_ctx = nullptr;  // options.device >= 0: that device's primary context
+  CUdevice fixed_device = 0;
+
+  static Result<std::unique_ptr<Impl>> create(const RuntimeOptions& options);
+  ~Impl();
+
+  // Validate -> resolve -> (load) -> launch. No sync, no allocation, no device
+  // read on the host.
+  Status decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
+  // Validate -> resolve: the key decode() would launch.
+  Result<KernelKey> selected_key(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
+  // The key's cubin in the cache (compiled when missing); true when compiled.
+  Result<bool> prewarm(const KernelKey& key);
+
+ private:
+  // The context a call on `stream` launches in.
+  Result<CUcontext> context_for(kdajit_stream_t stream) const;
+};
+
+// Maps an internal Error to the public outcome (same numeric codes).
+Outcome to_outcome(const Status& s);
+
+}  // namespace kdajit

@@ -1,0 +1,57 @@
+// The build step's compile: generated source -> cubin for the key's exact arch,
+// through the dlopen'ed NVRTC (nvrtc_api.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kdajit/error.hpp"
+#include "kdajit/kernel_key.hpp"
+
+namespace kdajit {
+
+// Everything that determines the compiled binary. The cache hashes all of it.
+struct BuildInputs {
+  KernelKey key;
+  std::string source;                // generate_source(key)
+  std::vector<std::string> options;  // canonical NVRTC options
+  std::string nvrtc_version;         // e.g. "13.0": of the NVRTC that will compile
+};
+
+// Resource usage of the compiled kernel, read from ptxas' verbose log.
+struct KernelResources {
+  int registers = -1;
+  int spill_bytes = 0;  // spill stores + spill loads
+  int stack_bytes = 0;  // stack frame
+  int smem_bytes = 0;   // static shared memory
+};
+
+struct CompiledKernel {
+  std::string cubin;
+  std::string log;  // NVRTC log (includes ptxas info)
+  KernelResources resources;
+  double compile_ms = 0;
+};
+
+std::vector<std::string> canonical_options(const KernelKey& key);
+
+// Generates the source and collects the options and the NVRTC version (loads
+// NVRTC: fails with its error when there is none).
+Result<BuildInputs> make_build_inputs(const KernelKey& key);
+
+// Compiles. A failure is an Error{compile_failed} whose message names the key
+// and whose detail carries the options, the NVRTC log and the failing source line.
+Result<CompiledKernel> compile(const BuildInputs& inputs);
+
+// Parses "ptxas info" lines of a verbose log (exposed for tests).
+KernelResources parse_ptxas_log(const std::string& log);
+
+// The compute capabilities the loaded NVRTC can target (e.g. 90, 100, 120);
+// empty when there is no NVRTC.
+const std::vector<int>& nvrtc_compute_capabilities();
+
+// Whether this build can compile for `arch`: NVRTC lists its compute
+// capability. Error{unsupported} naming the arch and NVRTC's list otherwise.
+Status check_arch_target(Arch arch);
+
+}  // namespace kdajit

@@ -1,0 +1,29 @@
+// The build step's one entry point: the cubin of a key through a kernel cache
+// (memory, then disk, then generate + NVRTC + publish). The runtime, the CLI
+// (prewarm, verify, explain) and the benchmarks all go through here.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kdajit/cache.hpp"
+#include "kdajit/runtime/build/compile.hpp"
+
+namespace kdajit {
+
+// What obtain() looks up for a key: every build input and their hash.
+struct BuildPlan {
+  BuildInputs inputs;
+  std::string hash;  // current_build_hash() of the inputs
+};
+Result<BuildPlan> plan_build(const KernelKey& key);
+
+// The key's entry and where it came from. allow_build = false turns a miss into
+// Error{capture} "pre-warm KEY" (used while a stream is capturing). A process
+// that already holds the entry gets it without generating the source.
+Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_build);
+
+// The process's kernel cache at `root` (empty: the environment's default).
+Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string& root);
+
+}  // namespace kdajit

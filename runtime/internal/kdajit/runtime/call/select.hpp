@@ -1,0 +1,34 @@
+// The route selector: which route of the route table runs a validated call on
+// a device. The key lookup is the selection: the chosen route is a key field.
+#pragma once
+
+#include <optional>
+
+#include "kdajit/routes.hpp"
+
+namespace kdajit {
+
+class TuneTable;
+
+struct RoutePolicy {
+  std::optional<Route> forced;        // RuntimeOptions::route: every call must be eligible for it
+  const TuneTable* tuned = nullptr;   // a `kdajit tune` table for this device, when allowed and present
+};
+
+// The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands").
+// Always an eligible route.
+Route builtin_route(const CallShape& call, const DeviceTraits& device);
+
+// forced > tuned (when its route is eligible) > built-in. Error{unsupported}
+// when the forced route does not serve the op or is not eligible for the call.
+Result<Route> select_route(const CallShape& call, const DeviceTraits& device, const RoutePolicy& policy);
+
+// The key `call` runs with on `device` with `route`.
+inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
+  KernelKey k = call.family;
+  k.route = route;
+  k.arch = arch;
+  return k;
+}
+
+}  // namespace kdajit

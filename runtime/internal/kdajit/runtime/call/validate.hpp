@@ -1,0 +1,35 @@
+// Host-side validation of a decode call (docs/CONTRACT.md §6), before any launch.
+#pragma once
+
+#include "kda_params.h"
+#include "kdajit/error.hpp"
+#include "kdajit/kdajit.h"
+#include "kdajit/routes.hpp"
+
+namespace kdajit {
+
+// Everything a launch needs, derived once from the arguments: the call's shape
+// (the key's family, the mode, the sizes: the selector's input and the grid's)
+// and the kernel parameter block with every pointer and stride filled.
+struct ValidatedCall {
+  CallShape shape;
+  int64_t num_slots = 0;  // S
+  KdaParams params{};
+};
+
+// Every rule of docs/CONTRACT.md §6. Reads no device memory and writes nothing.
+// Errors name the argument, the expected and the given value, e.g.
+// "conv_state: expected dtype bf16, got f32". Enum fields are read through their
+// integer value, so a C caller's out-of-range value is an error, not undefined.
+Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& args);
+
+// The integer value of a C enum field, read without assuming it is in range.
+template <class E>
+int32_t enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "C enums of the ABI are 32-bit");
+  int32_t v;
+  __builtin_memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+}  // namespace kdajit

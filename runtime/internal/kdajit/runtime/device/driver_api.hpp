@@ -1,0 +1,75 @@
+// The CUDA driver API, loaded with dlopen("libcuda.so.1") on first use, so that
+// binaries run (generate, compile, cache) on machines without a GPU driver.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <cuda.h>
+
+#include "kdajit/error.hpp"
+#include "kdajit/routes.hpp"
+
+namespace kdajit {
+
+struct DriverApi {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext*);
+  CUresult (*cuCtxGetDevice)(CUdevice*);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*);
+  // Memory, for tools (selfcheck, verify --load); never on the launch path.
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuCtxSynchronize)();
+};
+
+// The loaded driver (cuInit done), or an error saying why there is none.
+Result<const DriverApi*> driver();
+
+// True when the driver loads and at least one device exists. Never fails.
+bool gpu_available();
+
+// Turns a CUresult into an Error{cuda} naming the call.
+Error cuda_error(const DriverApi& api, CUresult r, std::string_view what);
+// The one check for driver results: ok, or cuda_error() naming `what`.
+inline Status cu_check(const DriverApi& api, CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return {};
+  return cuda_error(api, r, what);
+}
+
+// Loads a cubin into the current (or device 0's primary) context and unloads it:
+// for `kdajit verify --load`.
+Status check_cubin_loads(std::string_view cubin, std::string_view entry);
+
+// What the selector knows of a device (arch, SM count), read once per context
+// by the registry. The arch is `arch_override` when set.
+Result<DeviceTraits> device_traits(const DriverApi& api, CUdevice dev, std::optional<Arch> arch_override);
+
+// The arch kdajit targets on a device (ordinal, or -1 as device_for says).
+Result<Arch> local_arch(int device = -1);
+
+// The device of ordinal >= 0, or -1 for the device of the current context
+// (device 0 when there is none).
+Result<CUdevice> device_for(const DriverApi& api, int device);
+
+}  // namespace kdajit

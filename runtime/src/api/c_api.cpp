@@ -1,0 +1,232 @@
+// The C ABI: status codes plus a thread-local message, over the C++ runtime.
+// Every entry point returns a status, whatever happens inside: no exception
+// (std::bad_alloc included) crosses into the caller.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "kdajit/kdajit_version.h"
+#include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/call/support.hpp"
+
+struct kdajit_runtime {
+  std::unique_ptr<kdajit::Runtime> rt;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+thread_local std::string t_last_detail;
+
+kdajit_status_t finish(const kdajit::Outcome& o) {
+  t_last_error = o.message;
+  t_last_detail = o.detail;
+  return o.code;
+}
+
+kdajit_status_t fail(kdajit_status_t code, const char* msg) { return finish({code, msg, {}}); }
+
+// Runs `body` (returning an Outcome); exceptions become KDAJIT_ERROR_INTERNAL.
+template <class Body>
+kdajit_status_t guarded(Body&& body) noexcept {
+  try {
+    return finish(body());
+  } catch (const std::bad_alloc&) {
+    t_last_error.clear();  // no allocation on this path
+    t_last_detail.clear();
+    return KDAJIT_ERROR_INTERNAL;
+  } catch (const std::exception& e) {
+    try {
+      return fail(KDAJIT_ERROR_INTERNAL, e.what());
+    } catch (...) {
+      return KDAJIT_ERROR_INTERNAL;
+    }
+  } catch (...) {
+    return KDAJIT_ERROR_INTERNAL;
+  }
+}
+
+// The op argument, read through its integer value.
+kdajit::Result<kdajit::Op> op_of(const kdajit_op_t& op) {
+  const int32_t v = kdajit::enum_value(op);
+  if (v == KDAJIT_OP_SINGLE) return kdajit::Op::single;
+  if (v == KDAJIT_OP_PACKED) return kdajit::Op::packed;
+  return kdajit::invalid_argument("op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1), got " + std::to_string(v));
+}
+
+// Copies `s` into a caller's buffer; a buffer too small is an error naming it.
+kdajit::Outcome copy_out(const std::string& s, char* buf, size_t size, const char* name) {
+  if (!buf || size < s.size() + 1)
+    return {KDAJIT_ERROR_INVALID_ARGUMENT,
+            std::string(name) + ": expected a buffer of at least " + std::to_string(s.size() + 1) + " bytes", {}};
+  std::memcpy(buf, s.data(), s.size());
+  buf[s.size()] = '\0';
+  return {};
+}
+
+kdajit::Outcome decode(kdajit_runtime_t* runtime, kdajit::Op op, const kdajit_decode_args_t* args,
+                       kdajit_stream_t stream) {
+  if (!runtime)
+    return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+  if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_decode_args_t, got NULL", {}};
+  return op == kdajit::Op::single ? runtime->rt->single_decode(*args, stream) : runtime->rt->packed_decode(*args, stream);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kdajit_version(void) { return KDAJIT_VERSION_STRING; }
+
+const char* kdajit_status_string(kdajit_status_t status) {
+  const int32_t v = kdajit::enum_value(status);
+  if (v < KDAJIT_OK || v > KDAJIT_ERROR_INTERNAL) return "unknown status";
+  return kdajit::to_string(static_cast<kdajit::ErrorCode>(v));
+}
+
+const char* kdajit_last_error(void) { return t_last_error.c_str(); }
+const char* kdajit_last_error_detail(void) { return t_last_detail.c_str(); }
+
+void kdajit_runtime_options_init(kdajit_runtime_options_t* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->device = -1;
+  o->log_level = KDAJIT_LOG_DEFAULT;
+  o->use_tuning = 1;
+  o->pdl = 0;
+}
+
+kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* options, kdajit_runtime_t** runtime) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime) return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a non-null kdajit_runtime_t** to fill", {}};
+    *runtime = nullptr;
+    kdajit::RuntimeOptions opts;
+    if (options) {
+      if (options->cache_dir) opts.cache_dir = options->cache_dir;
+      if (options->arch) opts.arch = options->arch;
+      if (options->route) opts.route = options->route;
+      opts.device = options->device;
+      opts.log_level = options->log_level;
+      if (options->use_tuning != 0 && options->use_tuning != 1)
+        return {KDAJIT_ERROR_INVALID_ARGUMENT,
+                "options.use_tuning: expected 0 or 1, got " + std::to_string(options->use_tuning), {}};
+      if (options->pdl != 0 && options->pdl != 1)
+        return {KDAJIT_ERROR_INVALID_ARGUMENT, "options.pdl: expected 0 or 1, got " + std::to_string(options->pdl), {}};
+      opts.use_tuning = options->use_tuning == 1;
+      opts.pdl = options->pdl == 1;
+    }
+    auto handle = std::make_unique<kdajit_runtime>();
+    kdajit::Outcome o = kdajit::Runtime::create(opts, &handle->rt);
+    if (o.ok()) *runtime = handle.release();
+    return o;
+  });
+}
+
+void kdajit_runtime_destroy(kdajit_runtime_t* runtime) { delete runtime; }
+
+void kdajit_decode_args_init(kdajit_decode_args_t* a) {
+  if (!a) return;
+  std::memset(a, 0, sizeof(*a));
+  a->gate = KDAJIT_GATE_BOUNDED;
+  a->lower_bound = -5.0f;
+  a->norm_eps = 1e-6f;
+  a->state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
+}
+
+kdajit_status_t kdajit_single_decode(kdajit_runtime_t* runtime, const kdajit_decode_args_t* args,
+                                     kdajit_stream_t stream) {
+  return guarded([&] { return decode(runtime, kdajit::Op::single, args, stream); });
+}
+
+kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const kdajit_decode_args_t* args,
+                                     kdajit_stream_t stream) {
+  return guarded([&] { return decode(runtime, kdajit::Op::packed, args, stream); });
+}
+
+kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t* args) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_decode_args_t, got NULL", {}};
+    auto o = op_of(op);
+    if (!o) return kdajit::to_outcome(std::move(o).error());
+    auto r = kdajit::validate_decode(*o, *args);
+    return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
+  });
+}
+
+kdajit_status_t kdajit_query_support(const kdajit_config_t* config, char* reason, size_t reason_size) {
+  return guarded([&] {
+    kdajit::Outcome o = config ? kdajit::to_outcome(kdajit::query_support(*config))
+                               : kdajit::Outcome{KDAJIT_ERROR_INVALID_ARGUMENT,
+                                                 "config: expected a kdajit_config_t, got NULL", {}};
+    if (reason && reason_size > 0) {
+      const size_t n = std::min(reason_size - 1, o.message.size());
+      std::memcpy(reason, o.message.data(), n);
+      reason[n] = '\0';
+    }
+    return o;
+  });
+}
+
+void kdajit_config_init(kdajit_config_t* config) {
+  if (config) *config = kdajit::default_config();
+}
+
+kdajit_status_t kdajit_config_key(const kdajit_config_t* config, int64_t rows, char* key_name, size_t key_name_size) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!config) return {KDAJIT_ERROR_INVALID_ARGUMENT, "config: expected a kdajit_config_t, got NULL", {}};
+    auto k = kdajit::config_key(*config, rows);
+    if (!k) return kdajit::to_outcome(std::move(k).error());
+    return copy_out(kdajit::key_name(*k), key_name, key_name_size, "key_name");
+  });
+}
+
+kdajit_status_t kdajit_config_keys(const kdajit_config_t* config, char* buf, size_t buf_size, size_t* needed) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!config) return {KDAJIT_ERROR_INVALID_ARGUMENT, "config: expected a kdajit_config_t, got NULL", {}};
+    if (!needed) return {KDAJIT_ERROR_INVALID_ARGUMENT, "needed: expected a size_t* to receive the size, got NULL", {}};
+    auto keys = kdajit::config_keys(*config);
+    if (!keys) return kdajit::to_outcome(std::move(keys).error());
+    std::string text;
+    for (const auto& k : *keys) text += (text.empty() ? "" : "\n") + kdajit::key_name(k);
+    *needed = text.size() + 1;
+    if (!buf) return {};
+    return copy_out(text, buf, buf_size, "buf");
+  });
+}
+
+kdajit_status_t kdajit_runtime_prewarm(kdajit_runtime_t* runtime, const char* key_name, int32_t* compiled) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!key_name) return {KDAJIT_ERROR_INVALID_ARGUMENT, "key_name: expected a kernel key name, got NULL", {}};
+    bool built = false;
+    kdajit::Outcome o = runtime->rt->prewarm(key_name, &built);
+    if (o.ok() && compiled) *compiled = built ? 1 : 0;
+    return o;
+  });
+}
+
+kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op, const kdajit_decode_args_t* args,
+                                    kdajit_stream_t stream, char* key_name, size_t key_name_size) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_decode_args_t, got NULL", {}};
+    std::string name;
+    kdajit::Outcome o = runtime->rt->selected_key(op, *args, stream, &name);
+    if (!o.ok()) return o;
+    return copy_out(name, key_name, key_name_size, "key_name");
+  });
+}
+
+kdajit_status_t kdajit_add_nvrtc_candidate(const char* path) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!path || !*path) return {KDAJIT_ERROR_INVALID_ARGUMENT, "path: expected a path to libnvrtc, got NULL", {}};
+    if (!kdajit::nvrtc_add_candidate(path))
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "path: NVRTC is already loaded; add candidates before the first compile", {}};
+    return {};
+  });
+}
+
+}  // extern "C"

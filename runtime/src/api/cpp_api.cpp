@@ -1,0 +1,59 @@
+#include "kdajit/kdajit_version.h"
+#include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/call/support.hpp"
+
+namespace kdajit {
+
+DecodeArgs default_decode_args() {
+  DecodeArgs a{};
+  kdajit_decode_args_init(&a);
+  return a;
+}
+
+std::string version() { return KDAJIT_VERSION_STRING; }
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+Outcome Runtime::create(const RuntimeOptions& options, std::unique_ptr<Runtime>* out) {
+  if (!out) return {KDAJIT_ERROR_INVALID_ARGUMENT, "out: expected a non-null pointer", {}};
+  auto impl = Impl::create(options);
+  if (!impl) return to_outcome(std::move(impl).error());
+  out->reset(new Runtime(std::move(impl).value()));
+  return {};
+}
+
+Outcome Runtime::single_decode(const DecodeArgs& args, StreamHandle stream) {
+  return to_outcome(impl_->decode(Op::single, args, stream));
+}
+
+Outcome Runtime::packed_decode(const DecodeArgs& args, StreamHandle stream) {
+  return to_outcome(impl_->decode(Op::packed, args, stream));
+}
+
+Outcome Runtime::selected_key(kdajit_op_t op, const DecodeArgs& args, StreamHandle stream, std::string* key_name_out) {
+  const int32_t v = enum_value(op);
+  if (v != KDAJIT_OP_SINGLE && v != KDAJIT_OP_PACKED)
+    return {KDAJIT_ERROR_INVALID_ARGUMENT, "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED, got " + std::to_string(v), {}};
+  auto key = impl_->selected_key(v == KDAJIT_OP_SINGLE ? Op::single : Op::packed, args, stream);
+  if (!key) return to_outcome(std::move(key).error());
+  if (key_name_out) *key_name_out = key_name(*key);
+  return {};
+}
+
+Outcome Runtime::prewarm(const std::string& name, bool* compiled) {
+  auto key = parse_key(name);
+  if (!key) {
+    Error e = std::move(key).error();
+    e.message = "key_name: " + e.message;
+    return to_outcome(e);
+  }
+  auto built = impl_->prewarm(*key);
+  if (!built) return to_outcome(std::move(built).error());
+  if (compiled) *compiled = *built;
+  return {};
+}
+
+Outcome Runtime::query_support(const SupportConfig& config) { return to_outcome(kdajit::query_support(config)); }
+
+}  // namespace kdajit

@@ -1,0 +1,159 @@
+#include <fmt/format.h>
+
+#include "kdajit/log.hpp"
+#include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
+
+namespace kdajit {
+
+namespace {
+
+// Pushes ctx for the scope when it is not already current.
+class ScopedContext {
+ public:
+  ScopedContext(const DriverApi* api, CUcontext ctx) : api_(api) {
+    CUcontext cur = nullptr;
+    api_->cuCtxGetCurrent(&cur);
+    if (cur != ctx) pushed_ = api_->cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+  }
+  ~ScopedContext() {
+    if (pushed_) {
+      CUcontext popped = nullptr;
+      api_->cuCtxPopCurrent(&popped);
+    }
+  }
+
+ private:
+  const DriverApi* api_;
+  bool pushed_ = false;
+};
+
+}  // namespace
+
+Outcome to_outcome(const Status& s) {
+  if (s) return {};
+  const Error& e = s.error();
+  return {static_cast<kdajit_status_t>(e.code), e.message, e.detail};
+}
+
+Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOptions& options) {
+  const int32_t level = enum_value(options.log_level);
+  if (level != KDAJIT_LOG_DEFAULT) {
+    if (level < KDAJIT_LOG_QUIET || level > KDAJIT_LOG_DEBUG)
+      return invalid_argument(fmt::format(
+          "options.log_level: expected -1 (default), 0 (quiet), 1 (info) or 2 (debug), got {}", level));
+    set_log_level(static_cast<LogLevel>(level));
+  }
+  KDAJIT_TRY_ASSIGN(Environment env, read_environment());
+  RegistryOptions ro;
+  if (!options.arch.empty()) {
+    auto arch = parse_arch(options.arch);
+    if (!arch) return invalid_argument("options.arch: " + arch.error().message);
+    ro.arch = *arch;
+  } else if (env.arch) {
+    ro.arch = *env.arch;
+  }
+  if (!options.route.empty()) {
+    auto route = parse_field<Route>(options.route);
+    if (!route) return invalid_argument("options.route: " + route.error().message);
+    ro.forced_route = *route;
+  }
+  ro.use_tuning = options.use_tuning;
+  auto impl = std::make_unique<Impl>();
+  impl->pdl = options.pdl;
+  KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
+  impl->registry = std::make_unique<KernelRegistry>(impl->cache, ro);
+  if (options.device >= 0) {
+    KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+    int count = 0;
+    KDAJIT_TRY(cu_check(*api, api->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+    if (options.device >= count)
+      return invalid_argument(fmt::format("options.device: expected -1 or a device ordinal in 0..{}, got {}", count - 1,
+                                          options.device));
+    KDAJIT_TRY(cu_check(*api, api->cuDeviceGet(&impl->fixed_device, options.device), "cuDeviceGet"));
+    KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&impl->fixed_ctx, impl->fixed_device),
+                        "cuDevicePrimaryCtxRetain"));
+  }
+  return impl;
+}
+
+Runtime::Impl::~Impl() {
+  if (fixed_ctx) {
+    if (auto api = driver()) (*api)->cuDevicePrimaryCtxRelease(fixed_device);
+  }
+}
+
+Result<CUcontext> Runtime::Impl::context_for(kdajit_stream_t stream) const {
+  if (fixed_ctx) return fixed_ctx;
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  // The stream's context: launches go where the stream lives, also with several GPUs.
+  CUcontext ctx = nullptr;
+  if (api->cuStreamGetCtx(reinterpret_cast<CUstream>(stream), &ctx) != CUDA_SUCCESS || !ctx)
+    return Error(ErrorCode::cuda,
+                 "stream: expected a stream of a live CUDA context (or a current context for the null stream); "
+                 "cuStreamGetCtx failed; create a context (e.g. cudaSetDevice) or set options.device");
+  return ctx;
+}
+
+Result<KernelKey> Runtime::Impl::selected_key(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(op, args));
+  KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
+  KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call.shape));
+  return r.key;
+}
+
+Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
+  KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache, key, /*allow_build=*/true));
+  return found.source == CacheSource::built;
+}
+
+Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(op, args));
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
+  auto cu_stream = reinterpret_cast<CUstream>(stream);
+
+  KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call.shape));
+  ScopedContext scoped(api, ctx);
+  if (!r.kernel) {
+    // A compile would break a capture: only cached kernels may load now.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    KDAJIT_TRY(cu_check(*api, api->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing"));
+    KDAJIT_TRY_ASSIGN(r.kernel, registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
+  }
+
+  // Everything about the launch shape comes from the route's row of the table.
+  const RouteSpec& route = route_spec(r.key.route);
+  const LaunchGrid grid = route.grid(call.shape);
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid.x;
+  cfg.gridDimY = grid.y;
+  cfg.gridDimZ = grid.z;
+  cfg.blockDimX = static_cast<unsigned>(route.threads(r.key));
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = 0;
+  cfg.hStream = cu_stream;
+  CUlaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (route.cluster > 1) {
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n].value.clusterDim.x = 1;
+    attrs[n].value.clusterDim.y = static_cast<unsigned>(route.cluster);
+    attrs[n].value.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl) {
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[n].value.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = n ? attrs : nullptr;
+  cfg.numAttrs = n;
+  void* params[] = {&call.params};
+  if (CUresult e = api->cuLaunchKernelEx(&cfg, r.kernel->function, params, nullptr); e != CUDA_SUCCESS)
+    return cuda_error(*api, e, fmt::format("cuLaunchKernelEx({})", key_name(r.key)));
+  return {};
+}
+
+}  // namespace kdajit

@@ -1,0 +1,112 @@
+#include "kdajit/runtime/build/nvrtc_api.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace kdajit {
+
+namespace {
+
+std::mutex g_mu;
+std::vector<std::string> g_candidates;  // step 2
+bool g_loaded = false;
+
+template <class Fn>
+bool bind(void* lib, Fn& fn, const char* symbol) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  return fn != nullptr;
+}
+
+// Binds every entry point of `lib`; false if one is missing.
+bool bind_all(void* lib, NvrtcApi& a) {
+  return bind(lib, a.nvrtcGetErrorString, "nvrtcGetErrorString") && bind(lib, a.nvrtcVersion, "nvrtcVersion") &&
+         bind(lib, a.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs") &&
+         bind(lib, a.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs") &&
+         bind(lib, a.nvrtcCreateProgram, "nvrtcCreateProgram") &&
+         bind(lib, a.nvrtcDestroyProgram, "nvrtcDestroyProgram") &&
+         bind(lib, a.nvrtcCompileProgram, "nvrtcCompileProgram") &&
+         bind(lib, a.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize") &&
+         bind(lib, a.nvrtcGetProgramLog, "nvrtcGetProgramLog") && bind(lib, a.nvrtcGetCUBINSize, "nvrtcGetCUBINSize") &&
+         bind(lib, a.nvrtcGetCUBIN, "nvrtcGetCUBIN");
+}
+
+// One attempt: the loaded API, or why not (appended to `tried`).
+std::optional<NvrtcApi> try_load(const std::string& path, const char* chosen_by, std::vector<std::string>& tried) {
+  // Never dlclose: the library stays for the life of the process.
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    tried.push_back(fmt::format("{} ({})", path, why ? why : "not found"));
+    return std::nullopt;
+  }
+  NvrtcApi api{};
+  if (!bind_all(lib, api)) {
+    tried.push_back(fmt::format("{} (an entry point is missing: not NVRTC 12 or newer)", path));
+    return std::nullopt;
+  }
+  int major = 0, minor = 0;
+  api.nvrtcVersion(&major, &minor);
+  api.version = fmt::format("{}.{}", major, minor);
+  Dl_info info{};
+  api.path = dladdr(reinterpret_cast<void*>(api.nvrtcVersion), &info) && info.dli_fname ? info.dli_fname : path;
+  api.chosen_by = chosen_by;
+  return api;
+}
+
+Result<NvrtcApi> load() {
+  std::vector<std::string> tried;
+  if (const char* env = std::getenv("KDAJIT_NVRTC"); env && *env) {
+    if (auto api = try_load(env, "KDAJIT_NVRTC", tried)) return *api;
+    return Error(ErrorCode::unsupported,
+                 fmt::format("NVRTC: KDAJIT_NVRTC={} could not be loaded: {}", env, tried.back()));
+  }
+  std::vector<std::string> candidates;
+  {
+    std::lock_guard lock(g_mu);
+    candidates = g_candidates;
+  }
+  for (const auto& c : candidates)
+    if (auto api = try_load(c, "embedder", tried)) return *api;
+  for (const char* soname : {"libnvrtc.so.13", "libnvrtc.so.12"})
+    if (auto api = try_load(soname, "system", tried)) return *api;
+#ifdef KDAJIT_TOOLKIT_NVRTC
+  if (auto api = try_load(KDAJIT_TOOLKIT_NVRTC, "system", tried)) return *api;
+#endif
+  return Error(ErrorCode::unsupported,
+               fmt::format("NVRTC: no usable libnvrtc was found (tried {}); install the CUDA toolkit or the nvidia "
+                           "NVRTC pip package, or set KDAJIT_NVRTC to its path. Cached kernels still load without it",
+                           fmt::join(tried, "; ")));
+}
+
+}  // namespace
+
+Result<const NvrtcApi*> nvrtc() {
+  static const Result<NvrtcApi> loaded = [] {
+    auto r = load();
+    std::lock_guard lock(g_mu);
+    g_loaded = true;
+    return r;
+  }();
+  if (!loaded) return loaded.error();
+  return &*loaded;
+}
+
+bool nvrtc_add_candidate(std::string_view path) {
+  std::lock_guard lock(g_mu);
+  if (g_loaded) return false;
+  g_candidates.emplace_back(path);
+  return true;
+}
+
+Status nvrtc_check(const NvrtcApi& api, nvrtcResult r, std::string_view what) {
+  if (r == NVRTC_SUCCESS) return {};
+  return Error(ErrorCode::compile_failed, fmt::format("{} failed: {}", what, api.nvrtcGetErrorString(r)));
+}
+
+}  // namespace kdajit

@@ -1,0 +1,200 @@
+#include "kdajit/runtime/call/support.hpp"
+
+#include <cctype>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/call/select.hpp"
+#include "kdajit/runtime/call/validate.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
+
+namespace kdajit {
+
+namespace {
+
+// "sm_<digits>" with an optional letter suffix: a real arch this build may not serve.
+bool looks_like_arch(std::string_view s) {
+  if (s.substr(0, 3) != "sm_" || s.size() < 4) return false;
+  size_t i = 3;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  return i > 3 && (i == s.size() || (i + 1 == s.size() && std::isalpha(static_cast<unsigned char>(s[i]))));
+}
+
+// The device the configuration describes: its arch (given, or the device's)
+// and SM count (given, the device's, or the arch's reference part).
+Result<DeviceTraits> config_device(const kdajit_config_t& c) {
+  DeviceTraits d;
+  if (!c.arch) {
+    auto dev = [&]() -> Result<DeviceTraits> {
+      KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+      KDAJIT_TRY_ASSIGN(CUdevice device, device_for(*api, c.device));
+      return device_traits(*api, device, std::nullopt);
+    }();
+    if (!dev) {
+      Error e = std::move(dev).error();
+      e.message = fmt::format("arch: NULL means the arch of device {}, which cannot be read: {}", c.device, e.message);
+      return e;
+    }
+    d = *dev;
+  } else {
+    const std::string_view s = c.arch;
+    auto arch = parse_arch(s);
+    if (!arch) {
+      if (looks_like_arch(s))
+        return Error(ErrorCode::unsupported, fmt::format("arch: expected one of {} (the targets this build serves), got '{}'",
+                                                         choices<Arch>(), s));
+      return invalid_argument(fmt::format("arch: expected one of {}, got '{}'", choices<Arch>(), s));
+    }
+    d.arch = *arch;
+    // The reference part of each target when no SM count is given: H100/H200,
+    // B200/B300, RTX 5090.
+    switch (d.arch) {
+      case Arch::sm_90:
+      case Arch::sm_90a: d.sm_count = 132; break;
+      case Arch::sm_100a:
+      case Arch::sm_103a: d.sm_count = 148; break;
+      case Arch::sm_120a: d.sm_count = 170; break;
+    }
+  }
+  if (c.sm_count < 0) return invalid_argument(fmt::format("sm_count: expected 0 (the device's) or > 0, got {}", c.sm_count));
+  if (c.sm_count > 0) d.sm_count = c.sm_count;
+  return d;
+}
+
+// Hands out 256-byte aligned fake addresses: validation reads the args struct
+// only, never the memory behind it.
+struct Placer {
+  uintptr_t next = 1u << 20;
+  void* take(int64_t bytes) {
+    void* p = reinterpret_cast<void*>(next);
+    next += (static_cast<uintptr_t>(bytes) + 255) / 256 * 256;
+    return p;
+  }
+};
+
+kdajit_tensor_t view(Placer& pl, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
+                     std::initializer_list<int64_t> strides) {
+  kdajit_tensor_t t{};
+  t.dtype = dtype;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t extent = 1;
+  int i = 0;
+  for (int64_t d : shape) t.shape[i++] = d;
+  i = 0;
+  for (int64_t s : strides) {
+    if (t.shape[i] > 0) extent += (t.shape[i] - 1) * s;
+    t.strides[i++] = s;
+  }
+  t.data = pl.take(extent * (dtype == KDAJIT_DTYPE_BF16 ? 2 : 4));
+  return t;
+}
+
+struct SyntheticCall {
+  Op op = Op::single;
+  kdajit_decode_args_t args{};
+};
+
+// A well-formed call of the configuration with `rows` rows or sequences: the
+// input of the same validation a real call goes through.
+Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
+  const int32_t op = enum_value(c.op);
+  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED)
+    return invalid_argument(fmt::format("op: expected single|packed, got {}", op));
+  const int32_t conv = enum_value(c.conv_layout);
+  if (conv != KDAJIT_CONV_SD && conv != KDAJIT_CONV_DS)
+    return invalid_argument(fmt::format("conv_layout: expected sd|ds, got {}", conv));
+  if (rows < 1) return invalid_argument(fmt::format("rows: expected R (or N) >= 1, got {}", rows));
+  SyntheticCall out;
+  out.op = op == KDAJIT_OP_SINGLE ? Op::single : Op::packed;
+  kdajit_decode_args_t& a = out.args;  // zeroed: no oob_counter
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.gate = c.gate;
+  a.state_indices_mode = c.state_indices_mode;
+  // Sizes: a negative or huge H or T only shapes the views; validation judges them.
+  const int64_t H = c.heads, T = out.op == Op::single ? 1 : c.tokens;
+  const int64_t N = rows, R = out.op == Op::single ? rows : rows * (T > 0 ? T : 1), S = 2;
+  const int64_t hidden = H * kHeadDim, qkv = 3 * hidden, K = T + kConvWidth - 2;
+  Placer pl;
+  a.x = view(pl, KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
+  a.conv_weight = view(pl, KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
+  a.conv_state = conv == KDAJIT_CONV_SD ? view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
+                                        : view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
+  a.raw_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.raw_beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
+  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
+  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
+  a.state_indices = out.op == Op::single ? view(pl, KDAJIT_DTYPE_INT32, {R}, {1})
+                                         : view(pl, KDAJIT_DTYPE_INT32, {N, T}, {T, 1});
+  a.state = view(pl, c.state_dtype, {S, H, kHeadDim, kHeadDim},
+                 {H * kHeadDim * kHeadDim, kHeadDim * kHeadDim, kHeadDim, 1});
+  a.output_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.norm_weight = view(pl, KDAJIT_DTYPE_F32, {kHeadDim}, {1});
+  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  if (out.op == Op::packed) {
+    a.query_start_loc = view(pl, KDAJIT_DTYPE_INT32, {N + 1}, {1});
+    a.num_accepted_tokens = view(pl, KDAJIT_DTYPE_INT32, {N}, {1});
+  }
+  return out;
+}
+
+// Validation of the synthetic call, plus the arch and the NVRTC target check.
+Result<std::pair<ValidatedCall, DeviceTraits>> derive(const kdajit_config_t& c, int64_t rows) {
+  // The state dtype is named after the config field, not the tensor.
+  const int32_t dt = enum_value(c.state_dtype);
+  if (dt != KDAJIT_DTYPE_F32 && dt != KDAJIT_DTYPE_BF16)
+    return invalid_argument(fmt::format("state_dtype: expected f32 or bf16, got {}",
+                                        dt == KDAJIT_DTYPE_INT32 ? std::string("int32") : fmt::format("dtype({})", dt)));
+  KDAJIT_TRY_ASSIGN(SyntheticCall sc, synthetic_call(c, rows));
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(sc.op, sc.args));
+  // The single op's call has T = 1 by construction (conv_state K = 3); a real
+  // call with another K fails validation after the checks above, as here.
+  if (sc.op == Op::single && c.tokens != 1)
+    return invalid_argument(fmt::format("tokens: expected T = 1 for the single op, got {}", c.tokens));
+  KDAJIT_TRY_ASSIGN(DeviceTraits device, config_device(c));
+  return std::pair{std::move(call), device};
+}
+
+}  // namespace
+
+kdajit_config_t default_config() {
+  kdajit_config_t c{};
+  c.op = KDAJIT_OP_SINGLE;
+  c.heads = 64;
+  c.state_dtype = KDAJIT_DTYPE_F32;
+  c.conv_layout = KDAJIT_CONV_SD;
+  c.tokens = 1;
+  c.gate = KDAJIT_GATE_BOUNDED;
+  c.arch = nullptr;
+  c.device = -1;
+  c.state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
+  c.sm_count = 0;
+  return c;
+}
+
+Status query_support(const kdajit_config_t& c) {
+  KDAJIT_TRY_ASSIGN(auto derived, derive(c, 1));
+  KDAJIT_TRY(validate(key_for(derived.first.shape, builtin_route(derived.first.shape, derived.second),
+                              derived.second.arch)));
+  return check_arch_target(derived.second.arch);
+}
+
+Result<KernelKey> config_key(const kdajit_config_t& c, int64_t rows) {
+  KDAJIT_TRY_ASSIGN(auto derived, derive(c, rows));
+  const auto& [call, device] = derived;
+  return key_for(call.shape, builtin_route(call.shape, device), device.arch);
+}
+
+Result<std::vector<KernelKey>> config_keys(const kdajit_config_t& c) {
+  KDAJIT_TRY_ASSIGN(auto derived, derive(c, 1));
+  const auto& [call, device] = derived;
+  std::vector<KernelKey> out;
+  for (const RouteSpec& r : route_table())
+    if (r.serves(call.shape.family.op) && r.eligible(call.shape, device))
+      out.push_back(key_for(call.shape, r.route, device.arch));
+  return out;
+}
+
+}  // namespace kdajit

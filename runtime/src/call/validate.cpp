@@ -1,0 +1,407 @@
+// Host-side validation of a decode call (docs/CONTRACT.md §6). It reads the args
+// struct only: never device memory, and it writes nothing.
+//
+// The rules. D = 128, hidden = H*D, qkv = 3*hidden, K = T + 2 (3 for the single
+// op). Strides are in elements; "row >= n" means a free stride of at least n.
+// A dimension of size 1 accepts any stride (as PyTorch and DLPack do); its
+// stride is never used, so the parameter block gets the packed value instead.
+//
+// | argument            | dtype    | shape                  | strides                                  | data align |
+// |---------------------|----------|------------------------|------------------------------------------|------------|
+// | x                   | bf16     | [R, qkv]               | (row >= qkv, 1)                          | 2          |
+// | conv_weight         | f32      | [3, 4, hidden]         | (4*hidden, hidden, 1)                    | 4          |
+// | conv_state          | bf16     | [S, qkv, K]            | SD (slot >= qkv*K, 1, qkv) or            | 8          |
+// |                     |          |                        | DS (slot >= qkv*K, K, 1); slot % 4 == 0  |            |
+// | raw_gate            | bf16     | [R, H, D]              | (row >= hidden, D, 1)                    | 2          |
+// | raw_beta            | bf16     | [R, H]                 | (row >= H, 1)                            | 2          |
+// | A_log               | f32      | [H], 1 <= H <= 128     | (1)                                      | 4          |
+// | dt_bias             | f32      | [hidden]               | (1)                                      | 4          |
+// | state_indices       | int32    | single [R]; packed     | contiguous                               | 4          |
+// |                     |          | [N, T], 1 <= T <= 16   |                                          |            |
+// | state               | f32|bf16 | [S, H, D, D]           | (slot >= H*D*D, D*D, D, 1);              | 16         |
+// |                     |          |                        | slot stride a multiple of 16 bytes       |            |
+// | output_gate, output | bf16     | [R, H, D]              | (row >= hidden, D, 1)                    | 2          |
+// | norm_weight         | f32      | [D]                    | (1)                                      | 4          |
+// | query_start_loc     | int32    | packed [N + 1]         | (1)                                      | 4          |
+// | num_accepted_tokens | int32    | packed [N]             | (1)                                      | 4          |
+// | oob_counter         | int32*   | optional (NULL: none)  |                                          | 4          |
+//
+// Sizes: H from A_log, R from x, S from state (conv_state must agree), N and T
+// from the packed op's state_indices. R, S, N in 1..2^31-1 (S = 1 is legal: only
+// the null slot, every row null). Every tensor's furthest byte lies below 2^63.
+// Scalars: gate bounded|softplus; bounded needs lower_bound finite and < 0
+// (softplus ignores it); norm_eps finite and >= 0; state_indices_mode one of the
+// three, and not repeated_positive for the packed op (docs/CONTRACT.md §4: live
+// sequences never share a written slot, so there is no sequential packed route).
+// The single op ignores query_start_loc and num_accepted_tokens.
+// Alignment: the kernels read bf16/f32/int32 elements one at a time except for
+// state (16-byte vector loads) and conv_state (spec: 8-byte slots), hence the
+// column above; the row tensors may be tightened when a kernel vectorizes them.
+// Codes: H > 128 and T > 16 are well formed but outside what this build serves
+// (unsupported, as the support query says); everything else is invalid_argument.
+// Not checked: slot, query_start_loc and accepted-token values (device memory),
+// and aliasing between tensors (engines interleave conv_state and state slots in
+// one pool, so address ranges overlap legitimately).
+#include "kdajit/runtime/call/validate.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace kdajit {
+namespace {
+
+constexpr int64_t kD = kHeadDim;
+constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();  // R, S, N live in int32 params
+
+// Accepted dtypes as a bit mask over kdajit_dtype_t.
+constexpr unsigned kF32 = 1u << KDAJIT_DTYPE_F32;
+constexpr unsigned kBF16 = 1u << KDAJIT_DTYPE_BF16;
+constexpr unsigned kI32 = 1u << KDAJIT_DTYPE_INT32;
+
+bool known_dtype(int32_t t) { return t == KDAJIT_DTYPE_F32 || t == KDAJIT_DTYPE_BF16 || t == KDAJIT_DTYPE_INT32; }
+
+std::string dtype_name(int32_t t) {
+  switch (t) {
+    case KDAJIT_DTYPE_F32: return "f32";
+    case KDAJIT_DTYPE_BF16: return "bf16";
+    case KDAJIT_DTYPE_INT32: return "int32";
+    default: return fmt::format("dtype({})", t);
+  }
+}
+
+// Bytes of one element; the dtype was checked by check_header before any use.
+int64_t dtype_bytes(const kdajit_tensor_t& t) { return enum_value(t.dtype) == KDAJIT_DTYPE_BF16 ? 2 : 4; }
+
+std::string mask_names(unsigned mask) {
+  std::string s;
+  for (int32_t t : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16, KDAJIT_DTYPE_INT32})
+    if (mask & (1u << t)) s += (s.empty() ? "" : " or ") + dtype_name(t);
+  return s;
+}
+
+// "[3, 8, 64]" / "(1024, 128, 1)"; ndim clamped so a garbage ndim prints safely.
+std::string list(const int64_t* v, int32_t ndim, char open, char close) {
+  int n = ndim < 0 ? 0 : ndim > KDAJIT_MAX_DIMS ? KDAJIT_MAX_DIMS : ndim;
+  return fmt::format("{}{}{}", open, fmt::join(v, v + n, ", "), close);
+}
+std::string shape_of(const kdajit_tensor_t& t) { return list(t.shape, t.ndim, '[', ']'); }
+std::string strides_of(const kdajit_tensor_t& t) { return list(t.strides, t.ndim, '(', ')'); }
+
+// One expected dimension: its size (label shown in errors, e.g. "R" -> "R=3";
+// none for constants) and its stride: exact, or a minimum when `free` names it.
+struct Dim {
+  int64_t size;
+  const char* label;
+  int64_t stride;
+  const char* free = nullptr;  // "row" / "slot"
+};
+
+std::string expected_shape(std::span<const Dim> dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += dims[i].label ? fmt::format("{}={}", dims[i].label, dims[i].size) : fmt::format("{}", dims[i].size);
+  }
+  return s + "]";
+}
+
+std::string expected_strides(std::span<const Dim> dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += dims[i].free ? fmt::format("{} >= {}", dims[i].free, dims[i].stride) : fmt::format("{}", dims[i].stride);
+  }
+  return s + ")";
+}
+
+bool strides_match(const kdajit_tensor_t& t, std::span<const Dim> dims) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (t.shape[i] == 1) continue;  // never stepped over
+    if (dims[i].free ? t.strides[i] < dims[i].stride : t.strides[i] != dims[i].stride) return false;
+  }
+  return true;
+}
+
+// The stride the kernel uses for a free dimension (packed when the size is 1).
+int64_t used_stride(const kdajit_tensor_t& t, const Dim& d, int i) { return t.shape[i] == 1 ? d.stride : t.strides[i]; }
+
+uintptr_t address(const kdajit_tensor_t& t) { return reinterpret_cast<uintptr_t>(t.data); }
+
+// Non-null, dtype, rank and element alignment: what must hold before the shape
+// can be read. `shape_desc` spells the expected dims for the rank message.
+Status check_header(const char* name, const kdajit_tensor_t& t, unsigned dtypes, int32_t ndim,
+                    const char* shape_desc) {
+  if (!t.data) return invalid_argument(fmt::format("{}: expected a non-null data pointer, got NULL", name));
+  const int32_t dtype = enum_value(t.dtype);
+  if (!known_dtype(dtype) || !(dtypes & (1u << dtype)))
+    return invalid_argument(fmt::format("{}: expected dtype {}, got {}", name, mask_names(dtypes), dtype_name(dtype)));
+  if (t.ndim != ndim)
+    return invalid_argument(fmt::format("{}: expected ndim {} {}, got ndim {}", name, ndim, shape_desc, t.ndim));
+  int64_t elem = dtype_bytes(t);
+  if (address(t) % static_cast<uintptr_t>(elem) != 0)
+    return invalid_argument(fmt::format("{}: expected a data pointer aligned to {} bytes ({}), got {:#x}", name, elem,
+                                        dtype_name(dtype), address(t)));
+  return {};
+}
+
+// The sizes the call derives, for the context of shape errors.
+struct Sizes {
+  Op op = Op::single;
+  int64_t H = 0, R = 0, S = 0, N = 0, T = 1;
+
+  std::string context() const {
+    std::string s = fmt::format("H={} from A_log, R={} from x, S={} from state", H, R, S);
+    if (op == Op::packed) s += fmt::format(", N={} and T={} from state_indices", N, T);
+    return s;
+  }
+};
+
+Status check_shape(const char* name, const kdajit_tensor_t& t, std::span<const Dim> dims, const Sizes& sz) {
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (t.shape[i] != dims[i].size)
+      return invalid_argument(fmt::format("{}: expected shape {}, got {} ({})", name, expected_shape(dims),
+                                          shape_of(t), sz.context()));
+  return {};
+}
+
+// The furthest byte must be addressable with the kernels' int64 offsets.
+Status check_extent(const char* name, const kdajit_tensor_t& t) {
+  unsigned __int128 last = 0;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) last += static_cast<unsigned __int128>(t.shape[i] - 1) * static_cast<uint64_t>(t.strides[i]);
+  unsigned __int128 bytes = (last + 1) * static_cast<unsigned __int128>(dtype_bytes(t));
+  if (bytes > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max()) ||
+      address(t) + bytes > static_cast<unsigned __int128>(std::numeric_limits<uintptr_t>::max()))
+    return invalid_argument(fmt::format("{}: expected a strided extent below 2^63 bytes, got shape {} strides {}", name,
+                                        shape_of(t), strides_of(t)));
+  return {};
+}
+
+// Shape, strides, data alignment beyond the element's, and extent.
+Status check_tensor(const char* name, const kdajit_tensor_t& t, std::span<const Dim> dims, int64_t align,
+                    const Sizes& sz) {
+  KDAJIT_TRY(check_shape(name, t, dims, sz));
+  if (!strides_match(t, dims))
+    return invalid_argument(
+        fmt::format("{}: expected strides {}, got {}", name, expected_strides(dims), strides_of(t)));
+  if (address(t) % static_cast<uintptr_t>(align) != 0)
+    return invalid_argument(fmt::format("{}: expected a data pointer aligned to {} bytes, got {:#x}", name, align, address(t)));
+  return check_extent(name, t);
+}
+
+// A slot stride (when slots are stepped over) must keep every slot `align`-byte aligned.
+Status check_slot_alignment(const char* name, const kdajit_tensor_t& t, int64_t align) {
+  if (t.shape[0] == 1) return {};
+  int64_t bytes = t.strides[0] * dtype_bytes(t);
+  if (bytes % align != 0)
+    return invalid_argument(fmt::format("{}: expected a slot stride that is a multiple of {} bytes ({} {} elements), "
+                                        "got {} ({} bytes)",
+                                        name, align, align / dtype_bytes(t), dtype_name(enum_value(t.dtype)), t.strides[0],
+                                        bytes));
+  return {};
+}
+
+// A count taken from a shape: lo.., at most kMaxCount, `what` names it.
+Status check_count(const char* name, const kdajit_tensor_t& t, int dim, const char* what, int64_t lo) {
+  int64_t v = t.shape[dim];
+  if (v < lo || v > kMaxCount)
+    return invalid_argument(fmt::format("{}: expected {} (shape[{}]) in {}..{}, got shape {}", name, what, dim, lo,
+                                        kMaxCount, shape_of(t)));
+  return {};
+}
+
+}  // namespace
+
+Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
+  if (op != Op::single && op != Op::packed)
+    return invalid_argument(fmt::format("op: expected single|packed, got {}", static_cast<int>(op)));
+  const bool packed = op == Op::packed;
+
+  // Scalars first: they need no shapes.
+  const int32_t gate = enum_value(a.gate);
+  if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
+    return invalid_argument(fmt::format("gate: expected bounded|softplus, got {}", gate));
+  if (gate == KDAJIT_GATE_BOUNDED && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
+    return invalid_argument(
+        fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
+  if (!(std::isfinite(a.norm_eps) && a.norm_eps >= 0.0f))
+    return invalid_argument(fmt::format("norm_eps: expected a finite value >= 0, got {}", a.norm_eps));
+  const int32_t mode = enum_value(a.state_indices_mode);
+  switch (mode) {
+    case KDAJIT_INDICES_UNIQUE_OR_NULL:
+    case KDAJIT_INDICES_POSITIVE_UNIQUE: break;
+    case KDAJIT_INDICES_REPEATED_POSITIVE:
+      if (packed)
+        return invalid_argument(
+            "state_indices_mode: expected unique_or_null or positive_unique for the packed op (live sequences must "
+            "not share slots, docs/CONTRACT.md §4), got repeated_positive");
+      break;
+    default:
+      return invalid_argument(fmt::format("state_indices_mode: expected unique_or_null|positive_unique|"
+                                          "repeated_positive, got {}",
+                                          mode));
+  }
+  if (a.oob_counter && reinterpret_cast<uintptr_t>(a.oob_counter) % 4 != 0)
+    return invalid_argument(fmt::format("oob_counter: expected NULL or an int32 pointer aligned to 4 bytes, got {:#x}",
+                                        reinterpret_cast<uintptr_t>(a.oob_counter)));
+
+  // The sizes, each from the tensor that defines it.
+  Sizes sz;
+  sz.op = op;
+  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
+  sz.H = a.A_log.shape[0];
+  if (sz.H < 1)
+    return invalid_argument(
+        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
+  if (sz.H > kMaxHeads)
+    return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
+                                                     "this build serves), got {}",
+                                                     kMaxHeads, shape_of(a.A_log)));
+  KDAJIT_TRY(check_header("x", a.x, kBF16, 2, "[R, 3*H*128]"));
+  KDAJIT_TRY(check_count("x", a.x, 0, "rows R", 1));
+  sz.R = a.x.shape[0];
+  KDAJIT_TRY(check_header("state", a.state, kF32 | kBF16, 4, "[S, H, 128, 128]"));
+  KDAJIT_TRY(check_count("state", a.state, 0, "slots S", 1));
+  sz.S = a.state.shape[0];
+  if (packed) {
+    KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 2, "[N, T]"));
+    KDAJIT_TRY(check_count("state_indices", a.state_indices, 0, "sequences N", 1));
+    sz.N = a.state_indices.shape[0];
+    sz.T = a.state_indices.shape[1];
+    if (sz.T < 1)
+      return invalid_argument(fmt::format("state_indices: expected shape [N, T] with T (tokens) in 1..{}, got {}",
+                                          kMaxTokens, shape_of(a.state_indices)));
+    if (sz.T > kMaxTokens)
+      return Error(ErrorCode::unsupported,
+                   fmt::format("state_indices: expected shape [N, T] with T (tokens) in 1..{} (the tokens this "
+                               "build serves), got {}",
+                               kMaxTokens, shape_of(a.state_indices)));
+  } else {
+    KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 1, "[R]"));
+  }
+
+  const int64_t H = sz.H, R = sz.R, S = sz.S, N = sz.N, T = sz.T;
+  const int64_t hidden = H * kD, qkv = 3 * hidden, K = T + kConvWidth - 2;
+
+  // x [R, qkv]
+  const Dim x_dims[] = {{R, "R", qkv, "row"}, {qkv, "3*H*128", 1}};
+  KDAJIT_TRY(check_tensor("x", a.x, x_dims, 2, sz));
+
+  // conv_weight [3, W, hidden]
+  KDAJIT_TRY(check_header("conv_weight", a.conv_weight, kF32, 3, "[3, 4, H*128]"));
+  const Dim cw_dims[] = {{3, nullptr, kConvWidth * hidden}, {kConvWidth, nullptr, hidden}, {hidden, "H*128", 1}};
+  KDAJIT_TRY(check_tensor("conv_weight", a.conv_weight, cw_dims, 4, sz));
+
+  // conv_state [S, qkv, K]: S must equal state's; the strides pick the layout.
+  KDAJIT_TRY(check_header("conv_state", a.conv_state, kBF16, 3, "[S, 3*H*128, K=T+2]"));
+  const Dim sd_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", 1}, {K, "K=T+2", qkv}};
+  const Dim ds_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", K}, {K, "K=T+2", 1}};
+  KDAJIT_TRY(check_shape("conv_state", a.conv_state, sd_dims, sz));
+  ConvLayout conv;
+  if (strides_match(a.conv_state, sd_dims))
+    conv = ConvLayout::sd;
+  else if (strides_match(a.conv_state, ds_dims))
+    conv = ConvLayout::ds;
+  else
+    return invalid_argument(fmt::format("conv_state: expected strides {} [SD] or {} [DS], got {}",
+                                        expected_strides(sd_dims), expected_strides(ds_dims),
+                                        strides_of(a.conv_state)));
+  const auto& conv_dims = conv == ConvLayout::sd ? sd_dims : ds_dims;
+  KDAJIT_TRY(check_tensor("conv_state", a.conv_state, conv_dims, 8, sz));
+  KDAJIT_TRY(check_slot_alignment("conv_state", a.conv_state, 8));
+
+  // Row tensors [R, H, D] and [R, H].
+  const Dim rhd_dims[] = {{R, "R", hidden, "row"}, {H, "H", kD}, {kD, nullptr, 1}};
+  KDAJIT_TRY(check_header("raw_gate", a.raw_gate, kBF16, 3, "[R, H, 128]"));
+  KDAJIT_TRY(check_tensor("raw_gate", a.raw_gate, rhd_dims, 2, sz));
+  KDAJIT_TRY(check_header("raw_beta", a.raw_beta, kBF16, 2, "[R, H]"));
+  const Dim beta_dims[] = {{R, "R", H, "row"}, {H, "H", 1}};
+  KDAJIT_TRY(check_tensor("raw_beta", a.raw_beta, beta_dims, 2, sz));
+
+  const Dim alog_dims[] = {{H, "H", 1}};
+  KDAJIT_TRY(check_tensor("A_log", a.A_log, alog_dims, 4, sz));
+  KDAJIT_TRY(check_header("dt_bias", a.dt_bias, kF32, 1, "[H*128]"));
+  const Dim dtb_dims[] = {{hidden, "H*128", 1}};
+  KDAJIT_TRY(check_tensor("dt_bias", a.dt_bias, dtb_dims, 4, sz));
+
+  if (packed) {
+    const Dim si_dims[] = {{N, "N", T}, {T, "T", 1}};
+    KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
+  } else {
+    const Dim si_dims[] = {{R, "R", 1}};
+    KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
+  }
+
+  // state [S, H, D(v), D(k)]
+  const Dim st_dims[] = {{S, "S", H * kD * kD, "slot"}, {H, "H", kD * kD}, {kD, nullptr, kD}, {kD, nullptr, 1}};
+  KDAJIT_TRY(check_tensor("state", a.state, st_dims, 16, sz));
+  KDAJIT_TRY(check_slot_alignment("state", a.state, 16));
+
+  KDAJIT_TRY(check_header("output_gate", a.output_gate, kBF16, 3, "[R, H, 128]"));
+  KDAJIT_TRY(check_tensor("output_gate", a.output_gate, rhd_dims, 2, sz));
+  KDAJIT_TRY(check_header("norm_weight", a.norm_weight, kF32, 1, "[128]"));
+  const Dim nw_dims[] = {{kD, nullptr, 1}};
+  KDAJIT_TRY(check_tensor("norm_weight", a.norm_weight, nw_dims, 4, sz));
+  KDAJIT_TRY(check_header("output", a.output, kBF16, 3, "[R, H, 128]"));
+  KDAJIT_TRY(check_tensor("output", a.output, rhd_dims, 2, sz));
+
+  if (packed) {
+    KDAJIT_TRY(check_header("query_start_loc", a.query_start_loc, kI32, 1, "[N+1]"));
+    const Dim qsl_dims[] = {{N + 1, "N+1", 1}};
+    KDAJIT_TRY(check_tensor("query_start_loc", a.query_start_loc, qsl_dims, 4, sz));
+    KDAJIT_TRY(check_header("num_accepted_tokens", a.num_accepted_tokens, kI32, 1, "[N]"));
+    const Dim nat_dims[] = {{N, "N", 1}};
+    KDAJIT_TRY(check_tensor("num_accepted_tokens", a.num_accepted_tokens, nat_dims, 4, sz));
+  }
+
+  ValidatedCall call;
+  KernelKey& family = call.shape.family;
+  family.op = op;
+  family.heads = static_cast<int>(H);
+  family.tokens = static_cast<int>(T);
+  family.state = enum_value(a.state.dtype) == KDAJIT_DTYPE_F32 ? StateDtype::f32 : StateDtype::bf16;
+  family.conv = conv;
+  family.gate = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
+  call.shape.mode = static_cast<IndicesMode>(mode);
+  call.shape.rows = R;
+  call.shape.num_seqs = packed ? N : 0;
+  call.num_slots = S;
+
+  KdaParams& p = call.params;
+  p.x = static_cast<const kda_bf16_bits*>(a.x.data);
+  p.conv_weight = static_cast<const float*>(a.conv_weight.data);
+  p.conv_state = static_cast<kda_bf16_bits*>(a.conv_state.data);
+  p.raw_gate = static_cast<const kda_bf16_bits*>(a.raw_gate.data);
+  p.raw_beta = static_cast<const kda_bf16_bits*>(a.raw_beta.data);
+  p.A_log = static_cast<const float*>(a.A_log.data);
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.state_indices = static_cast<const kda_i32*>(a.state_indices.data);
+  p.state = a.state.data;
+  p.output_gate = static_cast<const kda_bf16_bits*>(a.output_gate.data);
+  p.norm_weight = static_cast<const float*>(a.norm_weight.data);
+  p.output = static_cast<kda_bf16_bits*>(a.output.data);
+  p.query_start_loc = packed ? static_cast<const kda_i32*>(a.query_start_loc.data) : nullptr;
+  p.num_accepted = packed ? static_cast<const kda_i32*>(a.num_accepted_tokens.data) : nullptr;
+  p.oob_counter = a.oob_counter;
+  p.x_row_stride = used_stride(a.x, x_dims[0], 0);
+  p.conv_slot_stride = used_stride(a.conv_state, conv_dims[0], 0);
+  p.gate_row_stride = used_stride(a.raw_gate, rhd_dims[0], 0);
+  p.beta_row_stride = used_stride(a.raw_beta, beta_dims[0], 0);
+  p.state_slot_stride = used_stride(a.state, st_dims[0], 0);
+  p.ogate_row_stride = used_stride(a.output_gate, rhd_dims[0], 0);
+  p.out_row_stride = used_stride(a.output, rhd_dims[0], 0);
+  p.rows = static_cast<kda_i32>(R);
+  p.num_seqs = static_cast<kda_i32>(call.shape.num_seqs);
+  p.num_slots = static_cast<kda_i32>(S);
+  p.lower_bound = a.lower_bound;
+  p.norm_eps = a.norm_eps;
+  return call;
+}
+
+}  // namespace kdajit

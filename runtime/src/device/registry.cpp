@@ -1,0 +1,94 @@
+#include "kdajit/runtime/device/registry.hpp"
+
+#include <fmt/format.h>
+
+#include "kdajit/cache.hpp"
+#include "kdajit/kdajit_version.h"
+#include "kdajit/log.hpp"
+#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
+
+namespace kdajit {
+
+KernelRegistry::KernelRegistry(std::shared_ptr<KernelCache> cache, RegistryOptions options)
+    : cache_(std::move(cache)), options_(options) {}
+
+// Modules stay loaded for the life of their context: unloading at exit could
+// race with the driver's own teardown.
+KernelRegistry::~KernelRegistry() = default;
+
+Result<KernelRegistry::PerContext*> KernelRegistry::add_context(CUcontext ctx) {
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  CUdevice dev = 0;
+  KDAJIT_TRY(cu_check(*api, api->cuCtxPushCurrent(ctx), "cuCtxPushCurrent"));
+  const CUresult r = api->cuCtxGetDevice(&dev);
+  CUcontext popped = nullptr;
+  api->cuCtxPopCurrent(&popped);
+  KDAJIT_TRY(cu_check(*api, r, "cuCtxGetDevice"));
+  auto pc = std::make_unique<PerContext>();
+  KDAJIT_TRY_ASSIGN(pc->device, device_traits(*api, dev, options_.arch));
+  if (options_.use_tuning && !options_.forced_route) {
+    TuneIdentity id;
+    char name[256] = {};
+    if (api->cuDeviceGetName(name, sizeof name - 1, dev) == CUDA_SUCCESS) id.gpu_name = name;
+    id.sm_count = pc->device.sm_count;
+    api->cuDriverGetVersion(&id.driver_version);
+    if (auto nv = nvrtc()) id.nvrtc_version = (*nv)->version;
+    id.kdajit_version = KDAJIT_VERSION_STRING;
+    id.arch = pc->device.arch;
+    auto t = TuneTable::load(cache_->root(), id);
+    if (!t) log_warning("{}; using the built-in route bands", t.error().message);
+    else if (*t) pc->tuned = std::move(**t);
+  }
+  std::unique_lock lock(mu_);
+  auto [it, inserted] = contexts_.emplace(ctx, std::move(pc));
+  return it->second.get();
+}
+
+Result<Resolved> KernelRegistry::resolve(CUcontext ctx, const CallShape& call) {
+  {
+    std::shared_lock lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it != contexts_.end()) {
+      const PerContext& pc = *it->second;
+      RoutePolicy policy{options_.forced_route, pc.tuned ? &*pc.tuned : nullptr};
+      KDAJIT_TRY_ASSIGN(Route route, select_route(call, pc.device, policy));
+      Resolved out{key_for(call, route, pc.device.arch), pc.device, std::nullopt};
+      if (auto k = pc.kernels.find(out.key); k != pc.kernels.end()) out.kernel = k->second;
+      return out;
+    }
+  }
+  KDAJIT_TRY(add_context(ctx));  // once per context, then the hot path above
+  return resolve(ctx, call);
+}
+
+Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, bool allow_build) {
+  std::lock_guard load_lock(load_mu_);
+  PerContext* pc = nullptr;
+  {
+    std::shared_lock lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it == contexts_.end()) return Error(ErrorCode::internal, "registry: load() before resolve() for this context");
+    pc = it->second.get();
+    if (auto k = pc->kernels.find(key); k != pc->kernels.end()) return k->second;  // loaded meanwhile
+  }
+  KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache_, key, allow_build));
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  CUmodule mod = nullptr;
+  KDAJIT_TRY(cu_check(*api, api->cuModuleLoadData(&mod, found.entry->cubin.data()),
+                      fmt::format("cuModuleLoadData({})", key_name(key))));
+  LoadedKernel k;
+  const std::string entry(entry_name(key.op));
+  if (Status s = cu_check(*api, api->cuModuleGetFunction(&k.function, mod, entry.c_str()),
+                          fmt::format("cuModuleGetFunction({}, {})", key_name(key), entry));
+      !s) {
+    api->cuModuleUnload(mod);
+    return std::move(s).error();
+  }
+  std::unique_lock lock(mu_);
+  pc->kernels.emplace(key, k);
+  return k;
+}
+
+}  // namespace kdajit

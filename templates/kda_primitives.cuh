@@ -1,0 +1,208 @@
+// Device primitives shared by every route of the fused KDA decode kernels
+// (contract: docs/CONTRACT.md): the generator's holes and the constants they
+// give, bf16 conversions, the scalar math of the gates, warp reductions, slot
+// rules, PDL and thread-block-cluster helpers. No route technique here.
+//
+// NVRTC compiles this with no include path: no toolkit or std header here.
+#ifndef KDAJIT_KDA_PRIMITIVES_CUH
+#define KDAJIT_KDA_PRIMITIVES_CUH
+
+#include "kda_params.h"
+
+#ifndef KDA_HEADS
+#define KDA_HEADS 64  // hole: heads H (1..128)
+#endif
+#ifndef KDA_STATE_BF16
+#define KDA_STATE_BF16 0  // hole: state dtype, 0 = f32, 1 = bf16
+#endif
+#ifndef KDA_CONV_DS
+#define KDA_CONV_DS 0  // hole: conv_state layout, 0 = SD (taps slow), 1 = DS (taps contiguous)
+#endif
+#ifndef KDA_GATE_SOFTPLUS
+#define KDA_GATE_SOFTPLUS 0  // hole: gate, 0 = bounded, 1 = softplus (Kimi-Linear)
+#endif
+#ifndef KDA_THREADS
+#define KDA_THREADS 256  // hole: threads per block (256 or 512)
+#endif
+#ifndef KDA_SPLIT
+#define KDA_SPLIT 1  // hole: CTAs per (row, head), a cluster along grid y (1, 2 or 4)
+#endif
+#ifndef KDA_T
+#error "KDA_T (tokens per sequence) must be defined before kda_primitives.cuh"
+#endif
+// Occupancy floor for ptxas: two CTAs per SM (256 threads: <= 128 registers,
+// 512 threads: <= 64), so one CTA's math overlaps the other's state traffic.
+#define KDA_MIN_CTAS_PER_SM 2
+
+namespace kda {
+
+// Compile-time constants are enumerators of one enum (so that they mix in
+// arithmetic without enum-enum conversions): under NVRTC's -default-device a
+// namespace-scope constexpr variable would also be emitted as a __device__ global.
+enum : int {
+  kD = 128,  // head dim (k and v)
+  kW = 4,    // conv width
+  kHeads = KDA_HEADS,
+  kHidden = kHeads * kD,
+  kQkv = 3 * kHidden,
+  kTokens = KDA_T,
+  kTaps = kTokens + kW - 2,  // K: conv_state taps per channel
+  kThreads = KDA_THREADS,
+  kWarps = kThreads / 32,
+  kSplit = KDA_SPLIT,
+
+  // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*kConvTapStride.
+  // SD: strides (1, qkv), taps slow; DS: strides (K, 1), taps contiguous.
+  kConvChanStride = KDA_CONV_DS ? kTaps : 1,
+  kConvTapStride = KDA_CONV_DS ? 1 : kQkv,
+};
+enum : unsigned { kFull = 0xffffffffu };
+
+static_assert(kHeads >= 1 && kHeads <= 128, "KDA_HEADS must be in 1..128");
+static_assert(kTokens >= 1 && kTokens <= 16, "KDA_T must be in 1..16");
+// 128 threads would hold 128 state values per thread: far past the register budget.
+static_assert(kThreads == 256 || kThreads == 512, "KDA_THREADS must be 256 or 512");
+static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "KDA_SPLIT must be 1, 2 or 4");
+
+struct __align__(16) U4 {
+  unsigned x, y, z, w;
+};
+struct __align__(8) U2 {
+  unsigned x, y;
+};
+
+// ---- bf16 <-> f32 ----
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+  return __uint_as_float(static_cast<unsigned>(b) << 16);
+}
+__device__ __forceinline__ float bf16lo_to_f32(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16hi_to_f32(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Round to nearest even, as torch's .to(bfloat16) does.
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+// Packs (lo, hi): lo goes to the lower address (bits 0..15).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// N consecutive bf16 (N = 4 or 8, 8N-byte aligned) of shared memory -> f32.
+template <int N>
+__device__ __forceinline__ void load_bf16_vec(const unsigned short* src, float (&dst)[N]) {
+  static_assert(N == 4 || N == 8, "8- or 16-byte vectors");
+  unsigned w[N / 2];
+  if constexpr (N == 4) {
+    const U2 v = *reinterpret_cast<const U2*>(src);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+    const U4 v = *reinterpret_cast<const U4*>(src);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    dst[2 * i] = bf16lo_to_f32(w[i]);
+    dst[2 * i + 1] = bf16hi_to_f32(w[i]);
+  }
+}
+
+// ---- scalar math: accurate expf/log1pf (no fast-math intrinsics) ----
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float softplus(float g) { return g > 20.0f ? g : log1pf(expf(g)); }
+
+// decay_k = exp(gv) for the gate logit g = raw_gate + dt_bias (§2 step 4).
+__device__ __forceinline__ float gate_decay(float g, float A, float lower_bound) {
+#if KDA_GATE_SOFTPLUS
+  (void)lower_bound;
+  return expf(-A * softplus(g));
+#else
+  return expf(lower_bound * sigmoid(A * g));
+#endif
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  return v;
+}
+
+__device__ __forceinline__ bool slot_valid(int s, int num_slots) { return s > 0 && s < num_slots; }
+
+// Element offset of tap t of channel c inside one conv_state slot.
+__device__ __forceinline__ int conv_tap_offset(int c, int t) { return c * kConvChanStride + t * kConvTapStride; }
+
+// ---- butterfly ("transpose") reduction ----
+// Sums each of N values over a group of lanes (xor offsets OFF, OFF/2, .., 1)
+// with N/2 + N/4 + .. shuffles instead of N*log2(group): at each step a lane
+// keeps one half of its values (upper half where its OFF bit is set) and trades
+// the other half with its partner. With N >= group size G, lane g of the group
+// ends with values g*(N/G) .. g*(N/G) + N/G - 1 in v[0 .. N/G-1]; with N < G,
+// it ends with value g / (G/N) in v[0].
+template <int N, int OFF, int V>
+__device__ __forceinline__ void butterfly_sum(float (&v)[V], int lane) {
+  if constexpr (OFF >= 1) {
+    if constexpr (N > 1) {
+      constexpr int kHalf = N / 2;
+      const bool upper = (lane & OFF) != 0;
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? v[i] : v[i + kHalf];
+        const float keep = upper ? v[i + kHalf] : v[i];
+        v[i] = keep + __shfl_xor_sync(kFull, send, OFF);
+      }
+      butterfly_sum<kHalf, OFF / 2>(v, lane);
+    } else {
+      v[0] += __shfl_xor_sync(kFull, v[0], OFF);
+      butterfly_sum<1, OFF / 2>(v, lane);
+    }
+  }
+}
+
+// Zeros output values [v0, v0 + nv) of head h for rows [r0, r1) (null slot,
+// non-live sequence, tail rows; a cluster rank zeros its own value rows).
+__device__ __forceinline__ void zero_rows(const KdaParams& p, int h, long long r0, long long r1, int v0 = 0,
+                                          int nv = kD) {
+  if (r1 <= r0) return;
+  const long long n = (r1 - r0) * nv;
+  for (long long i = threadIdx.x; i < n; i += kThreads)
+    p.output[(r0 + i / nv) * p.out_row_stride + h * kD + v0 + (i % nv)] = 0;
+}
+
+// ---- programmatic dependent launch (PDL) ----
+// Without the launch attribute both are no-ops. wait: every read of memory a
+// previous kernel on the stream may write comes after it. launch_dependents:
+// the next kernel may start its prologue (it still waits for this grid to finish).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+// ---- thread-block clusters (routes with KDA_SPLIT > 1) ----
+__device__ __forceinline__ int cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return static_cast<int>(r);
+}
+// Arrive (release: this thread's earlier memory accesses, loads included, are
+// ordered before it) / wait (acquire) on the cluster barrier. Every thread of
+// every CTA of the cluster arrives and waits, alternating.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// Stores v into the shared-memory float at `local` in the CTA of cluster rank `rank`.
+__device__ __forceinline__ void store_cluster_f32(float* local, int rank, float v) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+
+}  // namespace kda
+
+#endif  // KDAJIT_KDA_PRIMITIVES_CUH

@@ -1,0 +1,135 @@
+// The route table: one row per Route value, each row complete and consistent
+// with the generator and the presets; the launch grid of every route covers
+// every row exactly and stays inside the grid limits.
+#include <set>
+#include <string>
+
+#include "catch.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/source_generator.hpp"
+
+namespace kdajit {
+namespace {
+
+CallShape shape(Op op, int heads, int64_t rows, int64_t seqs = 0, IndicesMode mode = IndicesMode::unique_or_null) {
+  CallShape c;
+  c.family.op = op;
+  c.family.heads = heads;
+  c.family.tokens = op == Op::single ? 1 : 4;
+  c.mode = mode;
+  c.rows = rows;
+  c.num_seqs = seqs;
+  return c;
+}
+
+TEST_CASE("route table: one complete row per route, in enum order", "[routes]") {
+  const auto table = route_table();
+  REQUIRE(table.size() == KeyField<Route>::values.size());
+  std::set<std::string_view> names;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const RouteSpec& r = table[i];
+    INFO(r.name());
+    CHECK(static_cast<size_t>(r.route) == i);
+    CHECK(&route_spec(r.route) == &r);
+    CHECK(names.insert(r.name()).second);
+    CHECK(!r.technique.empty());
+    CHECK(!r.eligibility.empty());
+    CHECK(r.threads != nullptr);
+    CHECK(r.eligible != nullptr);
+    CHECK(r.grid != nullptr);
+    CHECK((r.cluster == 1 || r.cluster == 2 || r.cluster == 4));
+    CHECK((r.serves(Op::single) || r.serves(Op::packed)));
+  }
+}
+
+TEST_CASE("route table: every key of every route generates its own template with its threads and split",
+          "[routes]") {
+  for (const RouteSpec& r : route_table()) {
+    for (Op op : all_values<Op>()) {
+      if (!r.serves(op)) continue;
+      for (StateDtype st : all_values<StateDtype>()) {
+        KernelKey k{op, 16, st, ConvLayout::ds, op == Op::single ? 1 : 3, Gate::bounded, r.route, Arch::sm_90};
+        INFO(key_name(k));
+        auto src = generate_source(k);
+        REQUIRE(src.ok());
+        CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
+        CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
+        CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
+        CHECK(src->find(std::string("extern \"C\" __global__")) != std::string::npos);
+        CHECK(src->find(std::string(entry_name(op))) != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("route table: a key whose route does not serve its op is invalid", "[routes]") {
+  for (const RouteSpec& r : route_table())
+    for (Op op : all_values<Op>()) {
+      KernelKey k{op, 8, StateDtype::f32, ConvLayout::sd, op == Op::single ? 1 : 2, Gate::bounded, r.route, Arch::sm_90};
+      INFO(key_name(k));
+      CHECK(validate(k).ok() == r.serves(op));
+      if (!r.serves(op)) CHECK(validate(k).error().message.find("does not serve op") != std::string::npos);
+    }
+}
+
+TEST_CASE("route table: presets hold every route that serves each family", "[routes]") {
+  auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
+  REQUIRE(keys.ok());
+  std::set<KernelKey> have(keys->begin(), keys->end());
+  for (const KernelKey& k : *keys) {
+    for (const RouteSpec& r : route_table()) {
+      if (!r.serves(k.op)) continue;
+      KernelKey other = k;
+      other.route = r.route;
+      INFO(key_name(other));
+      CHECK(have.count(other) == 1);
+    }
+  }
+}
+
+TEST_CASE("route table: eligibility follows the contract's modes", "[routes]") {
+  const DeviceTraits h200{Arch::sm_90, 132};
+  const CallShape repeated = shape(Op::single, 8, 4, 0, IndicesMode::repeated_positive);
+  for (const RouteSpec& r : route_table()) {
+    if (!r.serves(Op::single)) continue;
+    INFO(r.name());
+    // Only the sequential route applies repeated slots in row order.
+    CHECK(r.eligible(repeated, h200) == (r.route == Route::sequential));
+    CHECK(r.eligible(shape(Op::single, 8, 4), h200));
+  }
+}
+
+TEST_CASE("route table: grids cover every row or item within the grid limits", "[routes]") {
+  for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{65535}, int64_t{65536}, int64_t{200000}, int64_t{2147483647}}) {
+    for (const RouteSpec& r : route_table()) {
+      for (Op op : all_values<Op>()) {
+        if (!r.serves(op)) continue;
+        const CallShape c = op == Op::single ? shape(op, 5, rows) : shape(op, 5, rows, rows);
+        const LaunchGrid g = r.grid(c);
+        INFO(r.name() << " " << to_string(op) << " rows " << rows);
+        CHECK(g.x == 5u);
+        CHECK(g.y >= 1u);
+        CHECK(g.y <= kMaxGridY);
+        CHECK(g.z <= kMaxGridY);
+        CHECK(g.y % static_cast<uint32_t>(r.cluster) == 0);
+        if (op == Op::packed) {
+          // One CTA per item, no loop: y * z covers max(N, R), and the overshoot
+          // (CTAs with no item) stays below one grid-y slice.
+          const int64_t covered = static_cast<int64_t>(g.y) * g.z;
+          CHECK(covered >= rows);
+          CHECK(covered - rows < static_cast<int64_t>(g.y));
+        } else if (r.route == Route::sequential) {
+          CHECK(g.y == 1u);
+        } else {
+          // The kernel loops rows with stride gridDim.y / cluster.
+          CHECK(static_cast<int64_t>(g.y / r.cluster) == std::min<int64_t>(rows, kMaxGridY / r.cluster));
+          CHECK(g.z == 1u);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kdajit

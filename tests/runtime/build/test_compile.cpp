@@ -1,0 +1,142 @@
+// NVRTC on a machine without a GPU: a covering set of keys compiles for sm_90
+// and sm_100a with no spills and no stack, and a broken source gives an error
+// value that names the key and carries the log and the failing line.
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "catch.hpp"
+#include "kdajit/parallel.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/runtime/build/compile.hpp"
+
+using namespace kdajit;
+
+namespace {
+
+// Every value of every key field at least once, and every (H, op) pair of the
+// `full` preset; dtype, layout, gate, T and route vary across the list; every
+// route with both state dtypes at 64 heads.
+std::vector<KernelKey> covering_set(Arch arch) {
+  std::vector<KernelKey> keys;
+  const std::vector<std::string_view> single_routes = route_names(Op::single);
+  static constexpr int kPackedT[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
+  int i = 0, p = 0;
+  for (int h : {1, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
+    for (Op op : {Op::single, Op::packed}) {
+      KernelKey k;
+      k.op = op;
+      k.heads = h;
+      k.state = i % 2 ? StateDtype::bf16 : StateDtype::f32;
+      k.conv = (i / 2) % 2 ? ConvLayout::ds : ConvLayout::sd;
+      k.gate = (i / 4) % 2 ? Gate::softplus : Gate::bounded;
+      k.tokens = op == Op::single ? 1 : kPackedT[p++];
+      k.route = op == Op::single ? *parse_field<Route>(single_routes[(i / 2) % single_routes.size()]) : Route::rowcta;
+      k.arch = arch;
+      keys.push_back(k);
+      ++i;
+    }
+  }
+  // Odd head counts and the T extremes.
+  keys.push_back({Op::packed, 5, StateDtype::bf16, ConvLayout::ds, 7, Gate::softplus, Route::rowcta, arch});
+  keys.push_back({Op::single, 40, StateDtype::f32, ConvLayout::ds, 1, Gate::softplus, Route::rowcta, arch});
+  for (const RouteSpec& r : route_table())
+    for (Op op : all_values<Op>())
+      for (StateDtype st : all_values<StateDtype>())
+        if (r.serves(op)) keys.push_back({op, 64, st, ConvLayout::sd, op == Op::single ? 1 : 4, Gate::bounded, r.route, arch});
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("the covering set covers every field value and every (H, op) of the full preset", "[compile]") {
+  auto keys = covering_set(Arch::sm_90);
+  std::set<int> heads, tokens;
+  std::set<std::pair<int, Op>> h_op;
+  std::set<StateDtype> dtypes;
+  std::set<ConvLayout> layouts;
+  std::set<Gate> gates;
+  std::set<Route> routes;
+  for (const auto& k : keys) {
+    routes.insert(k.route);
+    heads.insert(k.heads);
+    if (k.op == Op::packed) tokens.insert(k.tokens);
+    h_op.insert({k.heads, k.op});
+    dtypes.insert(k.state);
+    layouts.insert(k.conv);
+    gates.insert(k.gate);
+  }
+  auto full = preset_keys("full", Arch::sm_90);
+  REQUIRE(full.ok());
+  for (const auto& k : *full) CHECK(h_op.count({k.heads, k.op}) == 1);
+  CHECK(dtypes.size() == 2);
+  CHECK(layouts.size() == 2);
+  CHECK(gates.size() == 2);
+  CHECK(routes.size() == route_table().size());
+  CHECK(tokens.size() >= 10);
+  CHECK(tokens.count(1) == 1);
+  CHECK(tokens.count(16) == 1);
+}
+
+TEST_CASE("a covering set compiles for sm_90 and sm_100a with zero spills", "[compile]") {
+  std::vector<KernelKey> keys = covering_set(Arch::sm_90);
+  for (const auto& k : covering_set(Arch::sm_100a)) keys.push_back(k);
+  // The remaining archs once each.
+  for (Arch a : {Arch::sm_90a, Arch::sm_103a, Arch::sm_120a})
+    keys.push_back({Op::packed, 64, StateDtype::bf16, ConvLayout::sd, 4, Gate::bounded, Route::rowcta, a});
+
+  struct Row {
+    Result<CompiledKernel> result = Error();
+  };
+  std::vector<Row> rows(keys.size());
+  parallel_for(keys.size(), std::max(2u, std::thread::hardware_concurrency()), [&](size_t i) {
+    auto in = make_build_inputs(keys[i]);
+    rows[i].result = in ? compile(*in) : Result<CompiledKernel>(in.error());
+  });
+
+  for (size_t i = 0; i < keys.size(); ++i) {
+    INFO(key_name(keys[i]));
+    const auto& r = rows[i].result;
+    if (!r) FAIL(r.error().message << "\n" << r.error().detail);
+    CHECK(r->cubin.size() > 1000);
+    CHECK(r->resources.registers > 0);  // the ptxas report was read (so spills are known)
+    CHECK(r->resources.registers <= 65536 / (2 * route_spec(keys[i].route).threads(keys[i])));  // two CTAs per SM
+    CHECK(r->resources.spill_bytes == 0);
+    CHECK(r->resources.stack_bytes == 0);
+  }
+}
+
+TEST_CASE("a broken source gives an error value with the key, the options, the log and the line", "[compile]") {
+  const KernelKey key{Op::single, 8, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta, Arch::sm_90};
+  auto in = make_build_inputs(key);
+  REQUIRE(in.ok());
+  // Break the template body: an undeclared identifier inside the kernel.
+  const std::string marker = "extern \"C\" __global__";
+  const size_t at = in->source.find(marker);
+  REQUIRE(at != std::string::npos);
+  in->source.insert(at, "static_assert(kdajit_broken_template_marker, \"boom\");\n");
+  auto r = compile(*in);
+  REQUIRE_FALSE(r.ok());
+  const Error& e = r.error();
+  CHECK(e.code == ErrorCode::compile_failed);
+  CHECK(e.message.find(key_name(key)) != std::string::npos);
+  CHECK(e.detail.find("--gpu-architecture=sm_90") != std::string::npos);
+  CHECK(e.detail.find("kdajit_broken_template_marker") != std::string::npos);  // log and source line
+  CHECK(e.detail.find("NVRTC log:") != std::string::npos);
+  CHECK(e.detail.find("kernel.cu:") != std::string::npos);  // the failing source line, numbered
+}
+
+TEST_CASE("the ptxas report parser reads registers, spills, stack and smem", "[compile]") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+      "ptxas info    : Used 96 registers, used 1 barriers, 1600 bytes smem, 400 bytes cmem[0]\n"
+      "ptxas         .     8 bytes stack frame, 12 bytes spill stores, 4 bytes spill loads\n";
+  auto r = parse_ptxas_log(log);
+  CHECK(r.registers == 96);
+  CHECK(r.smem_bytes == 1600);
+  CHECK(r.stack_bytes == 8);
+  CHECK(r.spill_bytes == 16);
+  CHECK(parse_ptxas_log("").registers == -1);
+}

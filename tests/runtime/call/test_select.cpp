@@ -1,0 +1,159 @@
+// The route selector and tune tables: the built-in bands depend on the device's
+// SM count, every selected route is eligible, a forced route is checked, a
+// tuned route wins when eligible, and tune tables round-trip and are checked.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "kdajit/runtime/call/select.hpp"
+#include "kdajit/runtime/call/tune_table.hpp"
+
+namespace kdajit {
+namespace {
+
+CallShape single(int heads, int64_t rows, IndicesMode mode = IndicesMode::unique_or_null) {
+  CallShape c;
+  c.family = KernelKey{Op::single, heads, StateDtype::bf16, ConvLayout::sd, 1, Gate::bounded, Route::rowcta, Arch::sm_90};
+  c.mode = mode;
+  c.rows = rows;
+  return c;
+}
+
+CallShape packed(int heads, int64_t seqs) {
+  CallShape c;
+  c.family = KernelKey{Op::packed, heads, StateDtype::f32, ConvLayout::sd, 4, Gate::bounded, Route::rowcta, Arch::sm_90};
+  c.rows = seqs * 4;
+  c.num_seqs = seqs;
+  return c;
+}
+
+TEST_CASE("select: built-in bands scale with the device's SM count", "[select]") {
+  const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 16};
+  CHECK(builtin_route(single(8, 1), h200) == Route::split4);    // 8 CTAs: 32 with split4
+  CHECK(builtin_route(single(16, 4), h200) == Route::split2);   // 64 CTAs: 128 with split2
+  CHECK(builtin_route(single(64, 8), h200) == Route::rowcta);   // 512 CTAs
+  CHECK(builtin_route(single(8, 1), small) == Route::split2);   // the same call on a 16-SM part
+  CHECK(builtin_route(single(8, 2), small) == Route::rowcta);
+  CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
+  CHECK(builtin_route(packed(64, 1), h200) == Route::rowcta);
+}
+
+TEST_CASE("select: the selected route is always eligible and serves the op", "[select]") {
+  for (int sms : {1, 16, 132, 148, 1000})
+    for (int heads : {1, 8, 64, 128})
+      for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{64}, int64_t{4096}})
+        for (auto mode : {IndicesMode::unique_or_null, IndicesMode::positive_unique, IndicesMode::repeated_positive}) {
+          const DeviceTraits d{Arch::sm_90, sms};
+          const CallShape c = single(heads, rows, mode);
+          auto r = select_route(c, d, {});
+          REQUIRE(r.ok());
+          INFO(to_string(*r) << " sms " << sms << " heads " << heads << " rows " << rows);
+          CHECK(route_spec(*r).serves(Op::single));
+          CHECK(route_spec(*r).eligible(c, d));
+        }
+}
+
+TEST_CASE("select: a forced route is used, or refused with the reason", "[select]") {
+  const DeviceTraits d{Arch::sm_90, 132};
+  RoutePolicy p;
+  p.forced = Route::split2;
+  auto r = select_route(single(64, 512), d, p);
+  REQUIRE(r.ok());
+  CHECK(*r == Route::split2);
+  auto bad = select_route(single(8, 4, IndicesMode::repeated_positive), d, p);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == ErrorCode::unsupported);
+  CHECK(bad.error().message.find("split2 cannot run this call exactly") != std::string::npos);
+  p.forced = Route::sequential;
+  auto op = select_route(packed(8, 2), d, p);
+  REQUIRE_FALSE(op.ok());
+  CHECK(op.error().message.find("sequential does not serve the packed op") != std::string::npos);
+}
+
+TEST_CASE("select: a tuned route wins where eligible", "[select]") {
+  const DeviceTraits d{Arch::sm_90, 132};
+  TuneTable t(TuneIdentity{"NVIDIA H200", 132, 13000, "13.0", "0.1.0", Arch::sm_90});
+  t.add(single(64, 1).family, {1, Route::split2, 5.0});
+  t.add(single(64, 1).family, {32, Route::rowcta, 20.0});
+  RoutePolicy p;
+  p.tuned = &t;
+  CHECK(*select_route(single(64, 1), d, p) == Route::split2);
+  CHECK(*select_route(single(64, 31), d, p) == Route::split2);
+  CHECK(*select_route(single(64, 32), d, p) == Route::rowcta);
+  CHECK(*select_route(single(64, 5000), d, p) == Route::rowcta);
+  // Repeated slots: the tuned split2 is not eligible, the built-in sequential runs.
+  CHECK(*select_route(single(64, 1, IndicesMode::repeated_positive), d, p) == Route::sequential);
+  // Another family: the built-in bands.
+  CHECK(*select_route(single(8, 1), d, p) == builtin_route(single(8, 1), d));
+}
+
+TEST_CASE("tune table: saved atomically, loaded back, identity checked", "[select][tune]") {
+  const std::string root = (std::filesystem::temp_directory_path() / ("kdajit-tune-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(root);
+  const TuneIdentity id{"NVIDIA H200", 132, 13000, "13.0", "0.1.0", Arch::sm_90};
+  TuneTable t(id);
+  t.add(single(16, 1).family, {1, Route::split4, 6.5});
+  t.add(single(16, 1).family, {8, Route::rowcta, 9.0});
+  t.add(packed(16, 1).family, {1, Route::rowcta, 12.0});
+  REQUIRE(t.save(root).ok());
+  const std::string path = TuneTable::path_for(root, id);
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+
+  auto loaded = TuneTable::load(root, id);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->has_value());
+  CHECK((*loaded)->families() == 2);
+  CHECK((*loaded)->route_for(single(16, 1)) == Route::split4);
+  CHECK((*loaded)->route_for(single(16, 100)) == Route::rowcta);
+  CHECK((*loaded)->to_json() == t.to_json());
+
+  // Another driver (same GPU, same file): the table does not apply, and the error says why.
+  TuneIdentity other = id;
+  other.driver_version = 13010;
+  auto mismatch = TuneTable::load(root, other);
+  REQUIRE_FALSE(mismatch.ok());
+  CHECK(mismatch.error().message.find("does not match this process") != std::string::npos);
+  CHECK(mismatch.error().message.find("13010") != std::string::npos);
+  // Another GPU: another file, so no table at all.
+  other = id;
+  other.sm_count = 114;
+  auto none = TuneTable::load(root, other);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  // The same file claiming another identity is refused.
+  {
+    nlohmann::json j = t.to_json();
+    j["identity"]["nvrtc_version"] = "12.8";
+    std::ofstream(path) << j.dump();
+  }
+  auto forged = TuneTable::load(root, id);
+  REQUIRE_FALSE(forged.ok());
+  CHECK(forged.error().message.find("does not match this process") != std::string::npos);
+  // Junk and a symbolic link are refused, not followed.
+  std::ofstream(path) << "{not json";
+  CHECK_FALSE(TuneTable::load(root, id).ok());
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/etc/hostname", path);
+  CHECK_FALSE(TuneTable::load(root, id).ok());
+  // A save replaces the link instead of writing through it.
+  REQUIRE(t.save(root).ok());
+  CHECK_FALSE(std::filesystem::is_symlink(path));
+  // A route that does not serve the family's op is refused.
+  nlohmann::json j = t.to_json();
+  j["families"][0]["bands"][0]["route"] = "sequential";
+  for (auto& fam : j["families"])
+    if (fam["family"]["op"] == "packed") fam["bands"][0]["route"] = "sequential";
+  CHECK_FALSE(TuneTable::from_json(j).ok());
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kdajit

@@ -1,0 +1,59 @@
+// `kdajit routes [--json]`: the route table (generator/src/route_table.cpp) as
+// the selector, the generator and the launcher read it.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kdajit/routes.hpp"
+
+namespace kdajit::cli {
+
+void add_routes_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("routes", "Print the route table: route, ops, threads, cluster, eligibility");
+  auto json_out = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json_out, "print a JSON array instead of a table");
+  cmd->callback([json_out] {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const RouteSpec& r : route_table()) {
+      nlohmann::json ops = nlohmann::json::array(), templates = nlohmann::json::object(),
+                     threads = nlohmann::json::object();
+      for (Op op : all_values<Op>()) {
+        if (!r.serves(op)) continue;
+        ops.push_back(to_string(op));
+        templates[std::string(to_string(op))] = r.template_file(op);
+        // Threads may depend on the state dtype (rowcta packed bf16: 512).
+        for (StateDtype st : all_values<StateDtype>()) {
+          KernelKey k;
+          k.op = op;
+          k.tokens = op == Op::single ? 1 : 2;
+          k.state = st;
+          k.route = r.route;
+          threads[fmt::format("{}.{}", to_string(op), to_string(st))] = r.threads(k);
+        }
+      }
+      arr.push_back({{"name", r.name()},
+                     {"ops", ops},
+                     {"templates", templates},
+                     {"threads", threads},
+                     {"cluster", r.cluster},
+                     {"entry", {{"single", entry_name(Op::single)}, {"packed", entry_name(Op::packed)}}},
+                     {"eligibility", r.eligibility},
+                     {"technique", r.technique}});
+    }
+    if (*json_out) {
+      fmt::print("{}\n", arr.dump(2));
+      return;
+    }
+    fmt::print("{:<11} {:<14} {:<60} {:>7}  {}\n", "route", "ops", "threads", "cluster", "eligible when");
+    for (const auto& r : arr) {
+      std::vector<std::string> ops = r["ops"].get<std::vector<std::string>>(), threads;
+      for (auto it = r["threads"].begin(); it != r["threads"].end(); ++it)
+        threads.push_back(fmt::format("{}={}", it.key(), it.value().get<int>()));
+      fmt::print("{:<11} {:<14} {:<60} {:>7}  {}\n", r["name"].get<std::string>(), fmt::format("{}", fmt::join(ops, ",")),
+                 fmt::format("{}", fmt::join(threads, " ")), r["cluster"].get<int>(), r["eligibility"].get<std::string>());
+      fmt::print("{:<11} {}\n", "", r["technique"].get<std::string>());
+    }
+  });
+}
+
+}  // namespace kdajit::cli
