@@ -6,11 +6,15 @@ offset with what the C compiler says). It does not import torch.
 
 The library is looked up, in order: next to this package (the copy that
 `pip install ./python` puts there), the path in KDAJIT_LIBRARY, then the
-system (`ldconfig`, LD_LIBRARY_PATH: "libkdajit.so.0").
+system (`ldconfig`, LD_LIBRARY_PATH: "libkdajit.so.0"). On load it is handed
+the NVRTC of the nvidia pip packages on the Python path (nvrtc_candidates).
 """
 import ctypes
 import ctypes.util
+import glob
 import os
+import re
+import sys
 import threading
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
 
@@ -96,6 +100,9 @@ class RuntimeOptions(ctypes.Structure):
         ("arch", c_char_p),
         ("device", c_int32),
         ("log_level", c_int32),
+        ("route", c_char_p),
+        ("use_tuning", c_int32),
+        ("pdl", c_int32),
     ]
 
 
@@ -109,6 +116,8 @@ class Config(ctypes.Structure):
         ("gate", c_int32),
         ("arch", c_char_p),
         ("device", c_int32),
+        ("state_indices_mode", c_int32),
+        ("sm_count", c_int32),
     ]
 
 
@@ -175,8 +184,7 @@ def candidates():
 
 
 class Library:
-    """libkdajit.so with typed entry points. `optional` names the entry points
-    that newer libraries add; a missing one raises when it is first needed."""
+    """libkdajit.so with typed entry points."""
 
     def __init__(self, path, origin):
         self.path = path
@@ -186,6 +194,7 @@ class Library:
         self._proto("kdajit_version", c_char_p, [])
         self._proto("kdajit_status_string", c_char_p, [c_int])
         self._proto("kdajit_last_error", c_char_p, [])
+        self._proto("kdajit_last_error_detail", c_char_p, [])
         self._proto("kdajit_runtime_options_init", None, [POINTER(RuntimeOptions)])
         self._proto("kdajit_runtime_create", c_int, [POINTER(RuntimeOptions), POINTER(c_void_p)])
         self._proto("kdajit_runtime_destroy", None, [c_void_p])
@@ -196,48 +205,45 @@ class Library:
         self._proto("kdajit_packed_decode", c_int, [c_void_p, c_char_p, c_void_p])
         self._proto("kdajit_validate_args", c_int, [c_int, c_char_p])
         self._proto("kdajit_query_support", c_int, [POINTER(Config), c_char_p, c_size_t])
-        # Added with issue 11 (NULL-safe: looked up lazily).
-        self._proto("kdajit_config_init", None, [POINTER(Config)], optional=True)
-        self._proto("kdajit_config_key", c_int, [POINTER(Config), c_int64, c_char_p, c_size_t], optional=True)
-        self._proto("kdajit_config_keys", c_int, [POINTER(Config), c_char_p, c_size_t, POINTER(c_size_t)],
-                    optional=True)
-        self._proto("kdajit_runtime_prewarm", c_int, [c_void_p, c_char_p, POINTER(c_int32)], optional=True)
-        self._proto("kdajit_selected_key", c_int, [c_void_p, c_int, c_char_p, c_void_p, c_char_p, c_size_t],
-                    optional=True)
+        self._proto("kdajit_config_init", None, [POINTER(Config)])
+        self._proto("kdajit_config_key", c_int, [POINTER(Config), c_int64, c_char_p, c_size_t])
+        self._proto("kdajit_config_keys", c_int, [POINTER(Config), c_char_p, c_size_t, POINTER(c_size_t)])
+        self._proto("kdajit_runtime_prewarm", c_int, [c_void_p, c_char_p, POINTER(c_int32)])
+        self._proto("kdajit_selected_key", c_int, [c_void_p, c_int, c_char_p, c_void_p, c_char_p, c_size_t])
+        self._proto("kdajit_add_nvrtc_candidate", c_int, [c_char_p])
         self.version = lib.kdajit_version().decode()
         self._check_version()
         self._check_defaults()
+        self.nvrtc_candidates = []
+        for path in nvrtc_candidates():
+            if lib.kdajit_add_nvrtc_candidate(path.encode()) == OK:
+                self.nvrtc_candidates.append(path)
 
-    def _proto(self, name, restype, argtypes, optional=False):
+    def _proto(self, name, restype, argtypes):
         try:
             fn = getattr(self.lib, name)
         except AttributeError:
-            if not optional:
-                raise LibraryNotFound(f"{self.path}: expected the kdajit C ABI, but {name} is missing")
-            return
+            raise LibraryNotFound(f"{self.path}: expected the kdajit {ABI_VERSION} C ABI, but {name} is missing") \
+                from None
         fn.restype = restype
         fn.argtypes = argtypes
 
-    def has(self, name):
-        return hasattr(self.lib, name)
-
-    def need(self, name):
-        """The entry point `name`, or a KdajitError saying the library is too old."""
-        try:
-            return getattr(self.lib, name)
-        except AttributeError:
-            raise KdajitError(f"{self.path} (kdajit {self.version}) has no {name}: rebuild libkdajit.so from "
-                              "a tree that has it, or point KDAJIT_LIBRARY at one", ERROR_UNSUPPORTED) from None
-
-    def last_error(self):
-        return (self.lib.kdajit_last_error() or b"").decode(errors="replace")
+    def last_error(self, with_detail=False):
+        """The calling thread's last message; with_detail adds the detail (a compile's
+        options, NVRTC log and failing source line) on the following lines."""
+        msg = (self.lib.kdajit_last_error() or b"").decode(errors="replace")
+        if with_detail:
+            detail = (self.lib.kdajit_last_error_detail() or b"").decode(errors="replace")
+            if detail:
+                msg += "\n" + detail
+        return msg
 
     def status_name(self, status):
         return (self.lib.kdajit_status_string(status) or b"?").decode()
 
     def raise_for(self, status, what=None):
         """Raises the exception for status (not OK), with kdajit_last_error()."""
-        msg = self.last_error() or self.status_name(status)
+        msg = self.last_error(with_detail=True) or self.status_name(status)
         if what and status not in (ERROR_INVALID_ARGUMENT, ERROR_UNSUPPORTED):
             msg = f"{what}: {self.status_name(status)}: {msg}"
         raise error_for(status, msg)
@@ -255,10 +261,20 @@ class Library:
         o = RuntimeOptions()
         ctypes.memset(byref(o), 0x5A, ctypes.sizeof(o))
         self.lib.kdajit_runtime_options_init(byref(o))
-        got = (o.cache_dir, o.arch, o.device, o.log_level)
-        if got != (None, None, -1, LOG_DEFAULT):
+        got = (o.cache_dir, o.arch, o.device, o.log_level, o.route, o.use_tuning, o.pdl)
+        want = (None, None, -1, LOG_DEFAULT, None, 1, 0)
+        if got != want:
             raise LibraryNotFound(f"{self.path}: kdajit_runtime_options_init wrote {got} at the ctypes offsets, "
-                                  "expected (None, None, -1, -1): struct layout mismatch")
+                                  f"expected {want}: struct layout mismatch")
+        c = Config()
+        ctypes.memset(byref(c), 0x5A, ctypes.sizeof(c))
+        self.lib.kdajit_config_init(byref(c))
+        got = (c.op, c.heads, c.state_dtype, c.conv_layout, c.tokens, c.gate, c.arch, c.device, c.state_indices_mode,
+               c.sm_count)
+        want = (OP_SINGLE, 64, DTYPE_F32, CONV_SD, 1, GATE_BOUNDED, None, -1, INDICES_UNIQUE_OR_NULL, 0)
+        if got != want:
+            raise LibraryNotFound(f"{self.path}: kdajit_config_init wrote {got} at the ctypes offsets, "
+                                  f"expected {want}: struct layout mismatch")
         a = DecodeArgs()
         ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
         self.lib.kdajit_decode_args_init(byref(a))
@@ -267,6 +283,24 @@ class Library:
         if got != want:
             raise LibraryNotFound(f"{self.path}: kdajit_decode_args_init wrote {got} at the ctypes offsets, "
                                   f"expected {want}: struct layout mismatch")
+
+
+def nvrtc_candidates(paths=None):
+    """NVRTC libraries of nvidia pip packages on the Python path (what a PyTorch
+    image without a CUDA toolkit has: nvidia/cuda_nvrtc/lib/libnvrtc.so.12 for
+    cu12 wheels, nvidia/cu13/lib/libnvrtc.so.13 for cu13), newest major first.
+    libkdajit.so tries them after KDAJIT_NVRTC and before the system's."""
+    found = {}
+    for root in (sys.path if paths is None else paths):
+        base = os.path.join(root or ".", "nvidia")
+        if not os.path.isdir(base):
+            continue
+        for path in glob.glob(os.path.join(base, "*", "lib", "libnvrtc.so*")):
+            m = re.fullmatch(r"libnvrtc\.so\.(\d+)(?:\.[\d.]+)?", os.path.basename(path))
+            real = os.path.realpath(path)
+            if m and os.path.isfile(path) and real not in found:
+                found[real] = (int(m.group(1)), path)
+    return [p for _, p in sorted(found.values(), key=lambda mp: (-mp[0], mp[1]))]
 
 
 _lock = threading.Lock()

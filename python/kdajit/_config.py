@@ -4,7 +4,7 @@ import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from ctypes import byref, c_int32, c_size_t, create_string_buffer, memset, sizeof
+from ctypes import byref, c_int32, c_size_t, create_string_buffer
 
 from . import _abi, _runtime
 
@@ -42,10 +42,7 @@ class _Config:
                  arch=None, device=None, state_indices_mode="unique_or_null", sm_count=0):
         lib = _abi.load()
         c = _abi.Config()
-        if lib.has("kdajit_config_init"):
-            lib.lib.kdajit_config_init(byref(c))
-        else:
-            memset(byref(c), 0, sizeof(c))
+        lib.lib.kdajit_config_init(byref(c))
         c.op = _pick("op", op, _abi.OPS)
         if isinstance(heads, bool) or not isinstance(heads, int):
             raise ValueError(f"heads: expected an int in 1..128, got {heads!r}")
@@ -61,12 +58,11 @@ class _Config:
         self._arch = arch.encode() if isinstance(arch, str) else arch
         c.arch = self._arch
         c.device = _torch_device() if device is None else device
-        if "state_indices_mode" in dict(_abi.Config._fields_):
-            c.state_indices_mode = _pick("state_indices_mode", state_indices_mode, _abi.INDICES_MODES)
-            c.sm_count = sm_count
-        elif state_indices_mode != "unique_or_null" or sm_count:
-            raise _abi.KdajitError(f"{lib.path} (kdajit {lib.version}) has no state_indices_mode / sm_count in "
-                                   "kdajit_config_t", _abi.ERROR_UNSUPPORTED)
+        c.state_indices_mode = _pick("state_indices_mode", state_indices_mode, _abi.INDICES_MODES)
+        if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 0:
+            raise ValueError(f"sm_count: expected 0 (the device's or the arch's reference part) or an SM count, "
+                             f"got {sm_count!r}")
+        c.sm_count = sm_count
         self.struct = c
         self.arch_given = arch is not None
 
@@ -123,7 +119,7 @@ def key_for(heads, *, rows=1, op="single", state_dtype="f32", conv_layout="sd", 
     """The kernel key name the selector picks for this configuration at `rows`
     rows (single op) or sequences (packed op). arch None: the local GPU's, else sm_90."""
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device, state_indices_mode, sm_count)
-    fn = _abi.load().need("kdajit_config_key")
+    fn = _abi.load().lib.kdajit_config_key
     buf = create_string_buffer(_KEY_BYTES)
 
     def call(c):
@@ -137,7 +133,7 @@ def keys_for(heads, *, op="single", state_dtype="f32", conv_layout="sd", tokens=
     """Every kernel key name the selector can pick for this configuration, at
     any number of rows (what to pre-warm). arch None: the local GPU's, else sm_90."""
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device, state_indices_mode, sm_count)
-    fn = _abi.load().need("kdajit_config_keys")
+    fn = _abi.load().lib.kdajit_config_keys
 
     def call(c):
         needed = c_size_t(0)
@@ -202,7 +198,7 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
     names = sorted(set(names))
     rt = runtime or _runtime.runtime()
     lib = _abi.load()
-    fn = lib.need("kdajit_runtime_prewarm")
+    fn = lib.lib.kdajit_runtime_prewarm
 
     def one(name):
         t0 = time.perf_counter()

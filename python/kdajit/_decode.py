@@ -122,11 +122,7 @@ def packed_fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt
     return output
 
 
-def dry_run(op, *args, **kwargs):
-    """What a call of `op` (fused_kda_decode / packed_fused_kda_decode, or its name)
-    with these arguments would pass to the C library: the kdajit_decode_args_t
-    bytes, after the same mapping and kdajit_validate_args, without launching.
-    Tensors may live on the CPU (their addresses are only checked, never read)."""
+def _bound(op, args, kwargs):
     import inspect
 
     name = getattr(op, "__name__", op)
@@ -138,6 +134,21 @@ def dry_run(op, *args, **kwargs):
     a = dict(bound.arguments)
     if a["output"] is None:
         a["output"] = _ops.new_output(a["x"], a["A_log"])
-    if name == "fused_kda_decode":
-        return _ops.single_impl(**a, dry=True)
-    return _ops.packed_impl(**a, dry=True)
+    return (_ops.single_impl if name == "fused_kda_decode" else _ops.packed_impl), a
+
+
+def dry_run(op, *args, **kwargs):
+    """What a call of `op` (fused_kda_decode / packed_fused_kda_decode, or its name)
+    with these arguments would pass to the C library: the kdajit_decode_args_t
+    bytes, after the same mapping and kdajit_validate_args, without launching.
+    Tensors may live on the CPU (their addresses are only checked, never read)."""
+    impl, a = _bound(op, args, kwargs)
+    return impl(**a, dry=True)
+
+
+def selected_key(op, *args, **kwargs):
+    """The kernel key name a call of `op` with these arguments would launch on the
+    current stream (validation and route selection; nothing compiled or launched):
+    what to pre-warm for exactly this call."""
+    impl, a = _bound(op, args, kwargs)
+    return impl(**a, dry="key")

@@ -290,25 +290,39 @@ def _launch(fn_index, op, args, mapping):
             with torch.cuda.device(device):
                 status = c[fn_index](_handle(), args, stream)
         if status == _abi.ERROR_CUDA and not stream:
-            # A thread without a current CUDA context (nothing was launched): torch's
-            # device guard makes the device's primary context current; retry once.
+            # Maybe a thread without a current CUDA context (nothing was launched):
+            # a runtime API call in this thread makes the device's primary context
+            # current; retry once. (The legacy stream is never a capturing one.)
             with torch.cuda.device(device):
+                torch.cuda.synchronize(device)
                 status = c[fn_index](_handle(), args, stream)
     if status:
         raise _fail(status, op, mapping)
 
 
-def _validate_only(op_code, op, args, mapping):
+def _dry(op_code, op, args, mapping, what):
+    """what True: kdajit_validate_args, returns the args bytes; "key": the kernel key
+    name kdajit_selected_key gives for a call on the current stream."""
     c = _c or _bind()
+    if what == "key":
+        lib = _abi.load()
+        stream = _raw_stream(mapping.device) if mapping.device >= 0 else 0
+        buf = ctypes.create_string_buffer(256)
+        status = lib.lib.kdajit_selected_key(_handle(), op_code, args, stream, buf, len(buf))
+        if status:
+            raise _fail(status, op, mapping)
+        return buf.value.decode()
     status = c[2](op_code, args)
     if status:
         raise _fail(status, op, mapping)
+    return args
 
 
 def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                 norm_weight, lower_bound, norm_eps, output, state_indices_mode, dry=False):
-    """The single op on given tensors (output allocated by the caller). dry: validate in
-    the C library instead of launching and return the kdajit_decode_args_t bytes."""
+    """The single op on given tensors (output allocated by the caller). dry=True: validate
+    in the C library instead of launching and return the kdajit_decode_args_t bytes;
+    dry="key": return the kernel key name the call would launch (nothing launched)."""
     try:
         key = (x.shape, x.stride(), x.dtype, x.get_device(),
                weight.shape, weight.stride(), weight.dtype, weight.get_device(),
@@ -350,8 +364,7 @@ def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
         _check_torch_side(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
                                         state, output_gate, norm_weight, output))
     if dry:
-        _validate_only(_abi.OP_SINGLE, "fused_kda_decode", args, m)
-        return args
+        return _dry(_abi.OP_SINGLE, "fused_kda_decode", args, m, dry)
     _launch(0, "fused_kda_decode", args, m)
     return None
 
@@ -402,8 +415,7 @@ def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
                                         state, output_gate, norm_weight, output, query_start_loc,
                                         num_accepted_tokens))
     if dry:
-        _validate_only(_abi.OP_PACKED, "packed_fused_kda_decode", args, m)
-        return args
+        return _dry(_abi.OP_PACKED, "packed_fused_kda_decode", args, m, dry)
     _launch(1, "packed_fused_kda_decode", args, m)
     return None
 

@@ -21,22 +21,33 @@ class Runtime:
     arch: None means each call's device (e.g. "sm_90a" to pin one).
     device: -1 means the context of each call's stream.
     log_level: None (KDAJIT_LOG, else info), "quiet", "info" or "debug".
+    route: None lets the selector pick per call; a route name (`kdajit routes`)
+      pins every call to it (tests and benchmarks: a call it cannot serve raises).
+    use_tuning: prefer a `kdajit tune` table found in the cache (default True).
+    pdl: launch with programmatic stream serialization (default False).
     """
 
-    def __init__(self, cache_dir=None, arch=None, device=-1, log_level=None):
+    def __init__(self, cache_dir=None, arch=None, device=-1, log_level=None, route=None, use_tuning=True,
+                 pdl=False):
         lib = _abi.load()
         if log_level not in _abi.LOG_LEVELS:
             raise ValueError(f"log_level: expected None, 'quiet', 'info' or 'debug', got {log_level!r}")
         if not isinstance(device, int) or device < -1:
             raise ValueError(f"device: expected -1 or a CUDA device ordinal, got {device!r}")
-        self.options = {"cache_dir": cache_dir, "arch": arch, "device": device, "log_level": log_level}
+        for name, flag in (("use_tuning", use_tuning), ("pdl", pdl)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name}: expected True or False, got {flag!r}")
+        self.options = {"cache_dir": cache_dir, "arch": arch, "device": device, "log_level": log_level,
+                        "route": route, "use_tuning": use_tuning, "pdl": pdl}
         opts = _abi.RuntimeOptions()
         lib.lib.kdajit_runtime_options_init(byref(opts))
         # ctypes keeps no reference to the bytes behind a c_char_p field.
-        self._keep = (_encode(cache_dir, "cache_dir"), _encode(arch, "arch"))
-        opts.cache_dir, opts.arch = self._keep
+        self._keep = (_encode(cache_dir, "cache_dir"), _encode(arch, "arch"), _encode(route, "route"))
+        opts.cache_dir, opts.arch, opts.route = self._keep
         opts.device = device
         opts.log_level = _abi.LOG_LEVELS[log_level]
+        opts.use_tuning = int(use_tuning)
+        opts.pdl = int(pdl)
         handle = c_void_p()
         status = lib.lib.kdajit_runtime_create(byref(opts), byref(handle))
         if status != _abi.OK:
@@ -63,9 +74,10 @@ def configure(**options):
     """Sets the options of the process runtime (Runtime's arguments) before its
     first use; raises RuntimeError once it exists with other options."""
     global _options
-    unknown = set(options) - {"cache_dir", "arch", "device", "log_level"}
+    known = ("cache_dir", "arch", "device", "log_level", "route", "use_tuning", "pdl")
+    unknown = set(options) - set(known)
     if unknown:
-        raise TypeError(f"configure: unknown option(s) {sorted(unknown)}; expected cache_dir, arch, device, log_level")
+        raise TypeError(f"configure: unknown option(s) {sorted(unknown)}; expected {', '.join(known)}")
     with _lock:
         if _runtime is not None:
             current = {k: _runtime.options[k] for k in options}

@@ -1,7 +1,8 @@
 /* Prints the C layout of the structs that python/kdajit/_abi.py mirrors with
  * ctypes, one line per struct ("NAME size N") and per field ("NAME.FIELD
- * offset size"). tests/python/test_abi.py compares them with ctypes. A field
- * added to the header and not here still shows up as a size mismatch. */
+ * offset size"), after the header's version ("version X.Y.Z").
+ * tests/python/test_abi.py compares them with ctypes. A field added to the
+ * header and not here still shows up as a size mismatch. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -11,6 +12,7 @@
 #define FIELD(T, F) printf(#T "." #F " %zu %zu\n", offsetof(T, F), sizeof(((T*)0)->F))
 
 int main(void) {
+  printf("version %s\n", KDAJIT_VERSION_STRING);
   STRUCT(kdajit_tensor_t);
   FIELD(kdajit_tensor_t, data);
   FIELD(kdajit_tensor_t, dtype);
@@ -44,6 +46,9 @@ int main(void) {
   FIELD(kdajit_runtime_options_t, arch);
   FIELD(kdajit_runtime_options_t, device);
   FIELD(kdajit_runtime_options_t, log_level);
+  FIELD(kdajit_runtime_options_t, route);
+  FIELD(kdajit_runtime_options_t, use_tuning);
+  FIELD(kdajit_runtime_options_t, pdl);
 
   STRUCT(kdajit_config_t);
   FIELD(kdajit_config_t, op);
@@ -54,5 +59,7 @@ int main(void) {
   FIELD(kdajit_config_t, gate);
   FIELD(kdajit_config_t, arch);
   FIELD(kdajit_config_t, device);
+  FIELD(kdajit_config_t, state_indices_mode);
+  FIELD(kdajit_config_t, sm_count);
   return 0;
 }

@@ -14,13 +14,6 @@ W = 4
 SOURCE_DIR = os.environ.get("KDAJIT_SOURCE_DIR") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def header_declares(name):
-    """Whether runtime/include/kdajit/kdajit.h declares the C function `name`
-    (tests of entry points that land with issue 11 run once the header has them)."""
-    with open(os.path.join(SOURCE_DIR, "runtime", "include", "kdajit", "kdajit.h")) as f:
-        return f"{name}(" in f.read()
-
-
 # --- Layout helpers -------------------------------------------------------------
 
 def padded_rows(rows, n, pad, dtype, device):

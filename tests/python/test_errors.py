@@ -241,6 +241,19 @@ class Violations(unittest.TestCase):
         self.assertIn("viewed as shape [5, 4, 64]", str(cm.exception))
 
 
+class SelectedKey(unittest.TestCase):
+    def test_validation_comes_first(self):
+        p = single()
+        with self.assertRaises(ValueError) as cm:
+            kdajit.selected_key(kdajit.fused_kda_decode, **p.kwargs(x=p.args["x"].float()))
+        self.assertTrue(str(cm.exception).startswith("x: expected dtype bf16"), str(cm.exception))
+        if not torch.cuda.is_available():
+            # Valid arguments: selection needs the stream's device, which host tensors do not have.
+            with self.assertRaises(kdajit.KdajitError) as cm:
+                kdajit.selected_key(kdajit.packed_fused_kda_decode, **packed().kwargs())
+            self.assertEqual(cm.exception.status, 4, str(cm.exception))  # KDAJIT_ERROR_CUDA
+
+
 class SupportAgreesWithValidation(unittest.TestCase):
     def test_unsupported_heads_and_tokens(self):
         self.assertFalse(kdajit.supported(129, arch="sm_90"))

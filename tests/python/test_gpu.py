@@ -49,7 +49,6 @@ else:
     DEV = "cuda"
 _CACHE = tempfile.TemporaryDirectory(prefix="kdajit-gpu-tests-")
 kdajit.configure(cache_dir=_CACHE.name)
-HAS_PREWARM = kt.header_declares("kdajit_runtime_prewarm") and kt.header_declares("kdajit_config_keys")
 
 
 def sync():
@@ -200,7 +199,6 @@ class Graphs(unittest.TestCase):
         run_and_check(self, p, "after the failed capture")
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
-    @unittest.skipUnless(HAS_PREWARM, "kdajit_runtime_prewarm not in kdajit.h yet")
     def test_prewarm_then_capture(self):
         keys = kdajit.keys_for(13, op="packed", tokens=5, state_dtype="f32", conv_layout="sd")
         results = kdajit.prewarm(keys, strict=True)
@@ -314,10 +312,20 @@ class ErrorsOnTheDevice(unittest.TestCase):
         major, minor = torch.cuda.get_device_capability()
         if major * 10 + minor >= 90:
             self.assertTrue(s, s.reason)
-        if kt.header_declares("kdajit_config_key"):
-            key = kdajit.key_for(64)
-            self.assertTrue(key.startswith("kda_single.h64.state_f32.conv_sd.t1.gate_bounded."), key)
-            self.assertTrue(key.endswith(f".sm_{major}{minor}a") or key.endswith(f".sm_{major}{minor}"), key)
+        key = kdajit.key_for(64)
+        self.assertTrue(key.startswith("kda_single.h64.state_f32.conv_sd.t1.gate_bounded."), key)
+        self.assertTrue(key.endswith(f".sm_{major}{minor}a") or key.endswith(f".sm_{major}{minor}"), key)
+
+    @unittest.skipIf(FAKE, NEEDS_CUDA)
+    def test_selected_key_is_the_key_for_that_call(self):
+        for rows in (1, 4, 64):
+            p = gpu_problem("single", 16, rows, seed=8100 + rows)
+            key = kdajit.selected_key(kdajit.fused_kda_decode, **p.kwargs())
+            self.assertEqual(key, kdajit.key_for(16, rows=rows), rows)
+            self.assertIn(key, kdajit.keys_for(16))
+        q = gpu_problem("packed", 16, tokens=3, seqs=5, seed=8200)
+        key = kdajit.selected_key("packed_fused_kda_decode", **q.kwargs())
+        self.assertEqual(key, kdajit.key_for(16, rows=5, op="packed", tokens=3))
 
 
 if __name__ == "__main__":
