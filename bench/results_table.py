@@ -1,15 +1,129 @@
 #!/usr/bin/env python3
-"""Prints the markdown table of docs/PERFORMANCE.md from a kdajit_bench JSON file."""
+"""Markdown tables for docs/PERFORMANCE.md from a kdajit_bench JSON file.
+
+  results_table.py FILE                   grid tables: one per (op, state dtype, conv layout),
+                                          rows H (packed: T and H), columns N, cells "ratio (route)"
+  results_table.py FILE --value VALUE     the same grid with another value per cell:
+                                          ratio (default), kdajit (us), floor (us), host (us/call),
+                                          diff (host - bare launch, us), tuned (use_tuning ratio),
+                                          pdl (us saved by PDL on two dependent calls)
+  results_table.py FILE --route NAME      the grid of one forced route (--routes): ratio, or n/a
+  results_table.py FILE --flat            one row per cell with every main number
+
+Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their flat table.
+"""
+import argparse
 import json
 import sys
 
-j = json.load(open(sys.argv[1]))
-print(f"{j['gpu']['name']}, {j['date']}, commit {j['commit']}, copy roofline {j['copy_bandwidth_gbps']:.0f} GB/s")
-print()
-print("| op | H | R / N | T | state | median us | floor us | GB/s | % of copy | host us/call |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for c in j["configs"]:
-    n = c["rows"] if c["op"] == "single" else c["seqs"]
-    print(f"| {c['op']} | {c['heads']} | {n} | {c['tokens']} | {c['state']} | {c['device_us']['median']:.2f} "
-          f"| {c['floor_us']:.2f} | {c['effective_gbps']:.0f} | {c['pct_of_copy_bandwidth']:.1f} "
-          f"| {c['host_us_per_call']['median']:.2f} |")
+
+def header(j):
+    g = j["gpu"]
+    return (f"{g['name']} ({g.get('sms', '?')} SMs, driver {g.get('cuda_driver_version', '?')}), {j['date']}, "
+            f"commit {j['commit'] or '?'}, copy roofline {j['copy_bandwidth_gbps']:.0f} GB/s, "
+            f"{j['settings']['iters']} replays per number")
+
+
+def old_schema(j):
+    print(f"{j['gpu']['name']}, {j['date']}, commit {j['commit']}, copy roofline {j['copy_bandwidth_gbps']:.0f} GB/s")
+    print()
+    print("| op | H | R / N | T | state | median us | floor us | GB/s | % of copy | host us/call |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in j["configs"]:
+        if c["status"] != "ok":
+            continue
+        n = c["rows"] if c["op"] == "single" else c["seqs"]
+        print(f"| {c['op']} | {c['heads']} | {n} | {c['tokens']} | {c['state']} | {c['device_us']['median']:.2f} "
+              f"| {c['floor_us']:.2f} | {c['effective_gbps']:.0f} | {c['pct_of_copy_bandwidth']:.1f} "
+              f"| {c['host_us_per_call']['median']:.2f} |")
+
+
+def cell_text(c, value):
+    if c["status"] != "ok":
+        return c["status"].upper()
+    if value == "ratio":
+        return f"{c['ratio']:.2f} ({c['route']})"
+    if value == "kdajit":
+        return f"{c['device_us']['median']:.1f}"
+    if value == "floor":
+        return f"{c['floor_us']:.1f}"
+    if value == "host":
+        return f"{c['host_us_per_call']['median']:.2f}"
+    if value == "diff":
+        return f"{c['host_minus_bare_us']:.2f}" if "host_minus_bare_us" in c else c["bare_launch"]["status"]
+    if value == "tuned":
+        t = c.get("tuned")
+        if not t:
+            return ""
+        return f"{t['ratio']:.2f} ({t['route']})" if t["status"] == "ok" else t["status"]
+    if value == "pdl":
+        p = c.get("pdl")
+        return f"{p['saving_us']:.2f}" if p and "saving_us" in p else ""
+    if value.startswith("route:"):
+        r = c.get("routes", {}).get(value[6:])
+        if not r:
+            return ""
+        return f"{r['ratio']:.2f}" if r["status"] == "ok" else r["status"]
+    raise SystemExit(f"unknown --value {value}")
+
+
+def grid(j, value):
+    titles = {"ratio": "kdajit / floor (route)", "kdajit": "kdajit device us", "floor": "floor device us",
+              "host": "host us per kdajit call", "diff": "host us: kdajit call - bare launch",
+              "tuned": "kdajit with use_tuning / floor (route)", "pdl": "us saved by PDL (two dependent calls)"}
+    if value.startswith("route:"):
+        titles[value] = f"route {value[6:]} forced / floor"
+    print(header(j))
+    groups = {}
+    for c in j["configs"]:
+        groups.setdefault((c["op"], c["state"], c["conv"]), []).append(c)
+    for (op, state, conv), cells in groups.items():
+        ns = sorted({c["count"] for c in cells})
+        rows = sorted({(c["tokens"], c["heads"]) for c in cells})
+        by = {(c["tokens"], c["heads"], c["count"]): c for c in cells}
+        print()
+        print(f"**{op}, {state} state, conv {conv}**: {titles[value]}")
+        print()
+        label = "H" if op == "single" else "T, H"
+        print(f"| {label} | " + " | ".join(f"N={n}" for n in ns) + " |")
+        print("|---|" + "---|" * len(ns))
+        for t, h in rows:
+            name = f"{h}" if op == "single" else f"T={t}, H={h}"
+            cols = [cell_text(by[(t, h, n)], value) if (t, h, n) in by else "" for n in ns]
+            print(f"| {name} | " + " | ".join(cols) + " |")
+
+
+def flat(j):
+    print(header(j))
+    print()
+    print("| op | H | N | T | state | conv | route | kdajit us | floor us | ratio | floor shape | host us | bare us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in j["configs"]:
+        lead = f"| {c['op']} | {c['heads']} | {c['count']} | {c['tokens']} | {c['state']} | {c['conv']} |"
+        if c["status"] != "ok":
+            print(lead + f" {c['status'].upper()}: {c.get('error', '').splitlines()[0] if c.get('error') else ''} |")
+            continue
+        bare = c["bare_launch"]
+        bare_us = f"{bare['us_per_call']['median']:.2f}" if bare["status"] == "ok" else bare["status"]
+        print(lead + f" {c['route']} | {c['device_us']['median']:.2f} | {c['floor_us']:.2f} | {c['ratio']:.2f} "
+              f"| {c['floor_shape']} | {c['host_us_per_call']['median']:.2f} | {bare_us} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file")
+    ap.add_argument("--value", default="ratio", choices=["ratio", "kdajit", "floor", "host", "diff", "tuned", "pdl"])
+    ap.add_argument("--route", help="the grid of this forced route (a --routes run)")
+    ap.add_argument("--flat", action="store_true")
+    a = ap.parse_args()
+    j = json.load(open(a.file))
+    if j.get("schema") != "kdajit-bench-decode/2":
+        old_schema(j)
+    elif a.flat:
+        flat(j)
+    else:
+        grid(j, f"route:{a.route}" if a.route else a.value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,9 +30,12 @@
 #ifndef KDA_T
 #error "KDA_T (tokens per sequence) must be defined before kda_primitives.cuh"
 #endif
-// Occupancy floor for ptxas: two CTAs per SM (256 threads: <= 128 registers,
-// 512 threads: <= 64), so one CTA's math overlaps the other's state traffic.
-#define KDA_MIN_CTAS_PER_SM 2
+// Occupancy floor for ptxas (the route's CTAs per SM): two by default (256
+// threads: <= 128 registers, 512 threads: <= 64), so one CTA's math overlaps
+// another's state traffic.
+#ifndef KDA_MIN_CTAS_PER_SM
+#define KDA_MIN_CTAS_PER_SM 2  // hole: CTAs per SM (1..4)
+#endif
 
 namespace kda {
 

@@ -36,6 +36,7 @@ void add_routes_command(CLI::App& app) {
                      {"templates", templates},
                      {"threads", threads},
                      {"cluster", r.cluster},
+                     {"ctas_per_sm", r.occupancy},
                      {"entry", {{"single", entry_name(Op::single)}, {"packed", entry_name(Op::packed)}}},
                      {"eligibility", r.eligibility},
                      {"technique", r.technique}});

@@ -32,5 +32,6 @@ void add_compile_commands(CLI::App& app);   // show, compile
 void add_cache_commands(CLI::App& app);     // prewarm, ls, verify, explain, prune, clear
 void add_selfcheck_command(CLI::App& app);  // selfcheck
 void add_routes_command(CLI::App& app);     // routes
+void add_tune_command(CLI::App& app);       // tune
 
 }  // namespace kdajit::cli

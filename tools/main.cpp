@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kdajit::cli::add_cache_commands(app);
   kdajit::cli::add_selfcheck_command(app);
   kdajit::cli::add_routes_command(app);
+  kdajit::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

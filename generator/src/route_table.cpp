@@ -45,17 +45,22 @@ LaunchGrid split_grid(const CallShape& c) {
 
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
-const RouteSpec kRoutes[] = {
+// constexpr: constant-initialised, so other translation units may read the
+// table from their own static initialisers (the GPU tests register their test
+// cases from one).
+constexpr RouteSpec kRoutes[] = {
     {Route::rowcta, "one CTA per (row or sequence, head); the state slice in registers, all loads issued first",
-     {"kda_single_rowcta.cu", "kda_packed_rowcta.cu"}, 1, rowcta_threads, not_repeated, kNotRepeated, rowcta_grid},
+     {"kda_single_rowcta.cu", "kda_packed_rowcta.cu"}, 1, 2, rowcta_threads, not_repeated, kNotRepeated, rowcta_grid},
     {Route::sequential, "one CTA per head walks the rows in row order (repeated slots see the previous row's update)",
-     {"kda_single_sequential.cu", ""}, 1, threads_256, any_call, "any single-op call", sequential_grid},
+     {"kda_single_sequential.cu", ""}, 1, 2, threads_256, any_call, "any single-op call", sequential_grid},
     {Route::split2,
      "the 128 value rows of one (row, head) over a cluster of 2 CTAs; RMSNorm sum through distributed shared memory",
-     {"kda_single_split.cu", ""}, 2, threads_256, not_repeated, kNotRepeated, split_grid<2>},
+     {"kda_single_split.cu", ""}, 2, 2, threads_256, not_repeated, kNotRepeated, split_grid<2>},
     {Route::split4,
-     "the 128 value rows of one (row, head) over a cluster of 4 CTAs; RMSNorm sum through distributed shared memory",
-     {"kda_single_split.cu", ""}, 4, threads_256, not_repeated, kNotRepeated, split_grid<4>},
+     "the 128 value rows of one (row, head) over a cluster of 4 CTAs, three CTAs per SM; RMSNorm sum through "
+     "distributed shared memory",
+     // Three CTAs per SM: 78-79 registers, no spills (four would spill).
+     {"kda_single_split.cu", ""}, 4, 3, threads_256, not_repeated, kNotRepeated, split_grid<4>},
 };
 static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
 

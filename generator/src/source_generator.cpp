@@ -54,10 +54,11 @@ Result<std::string> generate_source(const KernelKey& key) {
       "#define KDA_T {}\n"
       "#define KDA_GATE_SOFTPLUS {}\n"
       "#define KDA_THREADS {}\n"
-      "#define KDA_SPLIT {}\n",
+      "#define KDA_SPLIT {}\n"
+      "#define KDA_MIN_CTAS_PER_SM {}\n",
       key_name(key), KDAJIT_VERSION_STRING, key.heads, key.state == StateDtype::bf16 ? 1 : 0,
       key.conv == ConvLayout::ds ? 1 : 0, key.tokens, key.gate == Gate::softplus ? 1 : 0, route.threads(key),
-      route.cluster);
+      route.cluster, route.occupancy);
   std::set<std::string_view> seen;
   KDAJIT_TRY(inline_template(route.template_file(key.op), seen, src));
   return src;

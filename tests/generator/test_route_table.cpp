@@ -23,6 +23,21 @@ CallShape shape(Op op, int heads, int64_t rows, int64_t seqs = 0, IndicesMode mo
   return c;
 }
 
+// Other translation units read the table while they are initialised (the GPU
+// tests register one test case per preset key from a static initialiser): the
+// table must be constant-initialised, never dynamically after them.
+const size_t kPresetKeysAtStaticInit = [] {
+  auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
+  return keys ? keys->size() : 0;
+}();
+
+TEST_CASE("route table: usable during static initialisation", "[routes]") {
+  auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
+  REQUIRE(keys.ok());
+  CHECK(kPresetKeysAtStaticInit == keys->size());
+  CHECK(kPresetKeysAtStaticInit > 64);
+}
+
 TEST_CASE("route table: one complete row per route, in enum order", "[routes]") {
   const auto table = route_table();
   REQUIRE(table.size() == KeyField<Route>::values.size());
@@ -39,6 +54,7 @@ TEST_CASE("route table: one complete row per route, in enum order", "[routes]") 
     CHECK(r.eligible != nullptr);
     CHECK(r.grid != nullptr);
     CHECK((r.cluster == 1 || r.cluster == 2 || r.cluster == 4));
+    CHECK((r.occupancy >= 1 && r.occupancy <= 4));
     CHECK((r.serves(Op::single) || r.serves(Op::packed)));
   }
 }
@@ -56,6 +72,7 @@ TEST_CASE("route table: every key of every route generates its own template with
         CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
+        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy) + "\n") != std::string::npos);
         CHECK(src->find(std::string("extern \"C\" __global__")) != std::string::npos);
         CHECK(src->find(std::string(entry_name(op))) != std::string::npos);
       }

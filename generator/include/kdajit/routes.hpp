@@ -48,6 +48,10 @@ struct RouteSpec {
   std::array<std::string_view, 2> templates;
   // CTAs that share one (row, head): a thread-block cluster along grid y (1: none).
   int cluster = 1;
+  // CTAs per SM the kernel is compiled for (__launch_bounds__' minimum): caps
+  // registers at 65536 / (threads x occupancy). More, smaller CTAs per SM keep
+  // more loads in flight while others compute; the cap must not cause spills.
+  int occupancy = 2;
   // Threads per CTA for a key of this route.
   int (*threads)(const KernelKey& key) = nullptr;
   // Whether this route computes `call` exactly as the contract says (e.g. only

@@ -188,7 +188,10 @@ kdajit_status_t kdajit_config_keys(const kdajit_config_t* config, char* buf, siz
     auto keys = kdajit::config_keys(*config);
     if (!keys) return kdajit::to_outcome(std::move(keys).error());
     std::string text;
-    for (const auto& k : *keys) text += (text.empty() ? "" : "\n") + kdajit::key_name(k);
+    for (const auto& k : *keys) {
+      if (!text.empty()) text += '\n';
+      text += kdajit::key_name(k);
+    }
     *needed = text.size() + 1;
     if (!buf) return {};
     return copy_out(text, buf, buf_size, "buf");

@@ -49,6 +49,17 @@ Loaded load() {
                   bind(lib, a.cuStreamGetCtx, "cuStreamGetCtx") && bind(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
                   bind(lib, a.cuMemFree, "cuMemFree_v2") && bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
                   bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize");
+  // Optional entry points (timing tools); a missing one stays null.
+  bind(lib, a.cuStreamCreate, "cuStreamCreate");
+  bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2");
+  bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize");
+  bind(lib, a.cuEventCreate, "cuEventCreate");
+  bind(lib, a.cuEventDestroy, "cuEventDestroy_v2");
+  bind(lib, a.cuEventRecord, "cuEventRecord");
+  bind(lib, a.cuEventSynchronize, "cuEventSynchronize");
+  if (!bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2")) bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime");
+  bind(lib, a.cuMemsetD32, "cuMemsetD32_v2");
+  bind(lib, a.cuMemsetD32Async, "cuMemsetD32Async");
   if (!ok) {
     out.error = Error(ErrorCode::cuda, "CUDA driver: libcuda.so.1 lacks a required entry point (driver older than CUDA 12?)");
     return out;

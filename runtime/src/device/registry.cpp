@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 #include "kdajit/cache.hpp"
-#include "kdajit/kdajit_version.h"
 #include "kdajit/log.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
 #include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/call/tune.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit {
@@ -29,15 +28,7 @@ Result<KernelRegistry::PerContext*> KernelRegistry::add_context(CUcontext ctx) {
   auto pc = std::make_unique<PerContext>();
   KDAJIT_TRY_ASSIGN(pc->device, device_traits(*api, dev, options_.arch));
   if (options_.use_tuning && !options_.forced_route) {
-    TuneIdentity id;
-    char name[256] = {};
-    if (api->cuDeviceGetName(name, sizeof name - 1, dev) == CUDA_SUCCESS) id.gpu_name = name;
-    id.sm_count = pc->device.sm_count;
-    api->cuDriverGetVersion(&id.driver_version);
-    if (auto nv = nvrtc()) id.nvrtc_version = (*nv)->version;
-    id.kdajit_version = KDAJIT_VERSION_STRING;
-    id.arch = pc->device.arch;
-    auto t = TuneTable::load(cache_->root(), id);
+    auto t = TuneTable::load(cache_->root(), tune_identity(*api, dev, pc->device.arch));
     if (!t) log_warning("{}; using the built-in route bands", t.error().message);
     else if (*t) pc->tuned = std::move(**t);
   }

@@ -41,6 +41,23 @@ struct DriverApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuCtxSynchronize)();
+  // Streams, events and memsets, for timing tools (`kdajit tune`). Optional: null
+  // when this driver lacks them (timing_available() says whether all are there).
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+
+  bool timing_available() const {
+    return cuStreamCreate && cuStreamDestroy && cuStreamSynchronize && cuEventCreate && cuEventDestroy &&
+           cuEventRecord && cuEventSynchronize && cuEventElapsedTime && cuMemsetD32 && cuMemsetD32Async;
+  }
 };
 
 // The loaded driver (cuInit done), or an error saying why there is none.

@@ -1,0 +1,105 @@
+#include "compile_kernels.hpp"
+
+#include <fmt/format.h>
+
+#include <sstream>
+#include <vector>
+
+#include "device_data.hpp"
+#include "floor_kernel.hpp"
+
+namespace kdajit::bench {
+
+namespace {
+
+// One line per kernel from ptxas -v: "NAME: N registers, N bytes stack, N bytes spilled".
+struct KernelResources {
+  std::string name;
+  int registers = -1, stack = 0, spill_stores = 0, spill_loads = 0;
+};
+
+// The number right before `what` in `line` (0 if none).
+int number_before(const std::string& line, const char* what) {
+  const size_t at = line.find(what);
+  if (at == std::string::npos) return 0;
+  size_t b = at;
+  while (b > 0 && line[b - 1] >= '0' && line[b - 1] <= '9') --b;
+  return b < at ? std::stoi(line.substr(b, at - b)) : 0;
+}
+
+std::vector<KernelResources> parse_resources(const std::string& log) {
+  std::vector<KernelResources> out;
+  std::stringstream ss(log);
+  for (std::string line; std::getline(ss, line);) {
+    if (const size_t at = line.find("Compiling entry function '"); at != std::string::npos) {
+      const size_t from = at + 26, to = line.find('\'', from);
+      out.push_back({line.substr(from, to == std::string::npos ? std::string::npos : to - from)});
+    } else if (!out.empty()) {
+      if (line.find(" bytes stack frame") != std::string::npos) {
+        out.back().stack = number_before(line, " bytes stack frame");
+        out.back().spill_stores = number_before(line, " bytes spill stores");
+        out.back().spill_loads = number_before(line, " bytes spill loads");
+      }
+      if (line.find("Used ") != std::string::npos) out.back().registers = number_before(line, " registers");
+    }
+  }
+  return out;
+}
+
+std::string describe(const KernelResources& k) {
+  return fmt::format("{}: {} registers, {} bytes stack, {} + {} bytes spilled", k.name, k.registers, k.stack,
+                     k.spill_stores, k.spill_loads);
+}
+
+bool spills(const KernelResources& k) { return k.stack + k.spill_stores + k.spill_loads > 0; }
+
+std::vector<std::string> resource_lines(const std::string& log) {
+  std::vector<std::string> out;
+  for (const auto& k : parse_resources(log)) out.push_back(describe(k));
+  return out;
+}
+
+}  // namespace
+
+Result<BenchCubins> compile_bench_kernels(const std::string& arch, int max_tokens) {
+  BenchCubins c;
+  c.arch = arch;
+  c.max_tokens = max_tokens;
+  KDAJIT_TRY_ASSIGN(c.floor, nvrtc_compile("kdajit_bench_floor.cu", floor_source(max_tokens), arch));
+  KDAJIT_TRY_ASSIGN(c.fill, nvrtc_compile("kdajit_bench_fill.cu", fill_source(), arch));
+  return c;
+}
+
+nlohmann::json kernels_json(const BenchCubins& c) {
+  return nlohmann::json{{"arch", c.arch},
+                        {"floor_max_tokens", c.max_tokens},
+                        {"floor_compile_ms", c.floor.compile_ms},
+                        {"fill_compile_ms", c.fill.compile_ms},
+                        {"floor_ptxas", resource_lines(c.floor.log)}};
+}
+
+bool compile_only(const std::string& arch) {
+  bool ok = true;
+  for (int max_t : {8, kFloorMaxTokens}) {
+    auto c = compile_bench_kernels(arch, max_t);
+    if (!c) {
+      fmt::print(stderr, "kdajit_bench: {}\n", c.error().message);
+      return false;
+    }
+    fmt::print("floor kernels (T <= {}) for {}: {} bytes of cubin in {:.0f} ms\n", max_t, arch, c->floor.cubin.size(),
+               c->floor.compile_ms);
+    for (const auto& k : parse_resources(c->floor.log)) {
+      fmt::print("  {}{}\n", describe(k), spills(k) ? "  <- SPILLS" : "");
+      if (spills(k) && max_t == 8) ok = false;  // the default grid's build must not spill; the T = 16 limit may
+    }
+    if (max_t == 8) {
+      fmt::print("fill kernels for {}: {} bytes of cubin in {:.0f} ms\n", arch, c->fill.cubin.size(),
+                 c->fill.compile_ms);
+      for (const auto& line : resource_lines(c->fill.log)) fmt::print("  {}\n", line);
+    }
+  }
+  fmt::print("{}\n", ok ? "compile-only: ok" : "compile-only: FAILED (spills in the default build)");
+  return ok;
+}
+
+}  // namespace kdajit::bench

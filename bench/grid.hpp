@@ -1,0 +1,76 @@
+// The benchmark's options and its grid of cells (one cell = one decode call
+// configuration), with the bytes each call moves (spec section 7).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kdajit/error.hpp"
+#include "kdajit/kdajit.h"
+
+namespace kdajit::bench {
+
+inline constexpr int64_t D = 128;
+
+struct Options {
+  std::string op = "all";
+  std::vector<int> heads, rows, tokens;
+  std::vector<std::string> states, convs;
+  std::string routes = "selector";  // selector | all | NAME,NAME
+  std::string tuning = "off";       // off | on | both
+  bool pdl = false;
+  std::vector<std::string> floor_shapes;  // empty: every shape
+  int iters = 200;
+  int host_calls = 1000;
+  std::string json_path, commit, cache_dir;
+  int device = 0;
+  double time_limit_s = 280;
+  double gpu_timeout_s = 20;
+  int jobs = 0;  // prewarm compiles in parallel; 0: cores - 1
+  int flush_mib = 256;
+  int copy_mib = 2048;
+  int copy_reps = 20;
+  bool warm = true;
+  bool list = false;
+  bool compile_only = false;
+  std::string arch = "sm_90";  // --compile-only target
+  bool verbose = false;
+};
+
+// One decode call configuration. count is R for the single op, N for the packed op
+// (every sequence then has L = T tokens, so R = N * T).
+struct Cell {
+  kdajit_op_t op = KDAJIT_OP_SINGLE;
+  int heads = 0;
+  kdajit_dtype_t state = KDAJIT_DTYPE_F32;
+  kdajit_conv_layout_t conv = KDAJIT_CONV_SD;
+  int tokens = 1;
+  int count = 0;
+};
+
+const char* op_name(kdajit_op_t op);
+const char* state_name(kdajit_dtype_t t);
+const char* conv_name(kdajit_conv_layout_t c);
+int64_t state_elem_bytes(kdajit_dtype_t t);
+int64_t rows_of(const Cell& c);  // R
+std::string cell_name(const Cell& c);
+
+// Bytes one call moves (spec section 7, every sequence L = T).
+int64_t bytes_per_call(const Cell& c);
+
+// The default grid (README) or the one the flags select; duplicates removed.
+Result<std::vector<Cell>> make_cells(const Options& o);
+
+// Cells that differ only in count share one family: its device buffers are
+// allocated and filled once, for the largest count.
+struct Family {
+  Cell shape;  // count = the largest
+  std::vector<size_t> cells;
+};
+std::vector<Family> make_families(const std::vector<Cell>& cells);
+
+// Rough seconds of GPU work for the whole run (for --list): a guide, not a measurement.
+double estimate_seconds(const Options& o, const std::vector<Cell>& cells);
+
+}  // namespace kdajit::bench

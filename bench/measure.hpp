@@ -1,0 +1,101 @@
+// The run's state (device, stream, kernels, runtimes) and the measurement of one cell.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_cuda.hpp"
+#include "device_data.hpp"
+#include "floor_kernel.hpp"
+#include "grid.hpp"
+#include "kdajit/kdajit.hpp"
+#include "kdajit_api.hpp"
+#include "timing.hpp"
+
+namespace kdajit::bench {
+
+// One kdajit timing (a runtime's call, graph-replayed) or why there is none.
+struct RouteTiming {
+  std::string status = "skipped";  // ok | n/a (not eligible / runtime not created) | failed | skipped
+  std::string error, key, route;
+  Summary device;
+};
+
+struct CellResult {
+  std::string status = "skipped";  // ok | failed | skipped
+  std::string error;
+  // kdajit through the selector (RuntimeOptions::route = "").
+  std::string key, route;
+  Summary device, warm;
+  double first_call_ms = 0;
+  // The floor: every shape tried, the fastest median wins.
+  std::vector<RouteTiming> floor_shapes;  // status/error/device per shape; key = the entry name
+  double floor_us = 0;
+  std::string floor_shape;
+  // Host cost.
+  Summary validate;
+  HostLoop host;
+  RouteTiming bare;  // device unused; status/error of the bare launch
+  HostLoop bare_host;
+  // --tuning both: the selector with use_tuning = true.
+  RouteTiming tuned;
+  // --routes all / NAME,...: each route forced.
+  std::vector<RouteTiming> routes;
+  // --pdl: the same call twice in one graph, without and with PDL.
+  RouteTiming pdl_off, pdl_on;
+  int sub_failures = 0;  // failed (not n/a) sub-measurements
+};
+
+struct Bench {
+  Bench() = default;
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
+  ~Bench();
+
+  Options opt;
+  cudaStream_t stream = nullptr;
+  EventPairs events;
+  DeviceBuffer flush;
+  TimingContext timing;
+  FloorKernels floor;
+  FillKernels fill;
+  std::vector<int> floor_shapes;  // indices into kFloorShapes
+  nlohmann::json gpu = nlohmann::json::object();
+  nlohmann::json kernels_info = nlohmann::json::object();  // compile times, registers
+  int sms = 0;
+  std::string arch;
+  double copy_gbps = 0;
+  Summary copy_us, memset_host_us;
+  PrewarmResult prewarm;
+
+  // Runtimes: the selector, and the optional ones (null with a reason when the
+  // option is off or the runtime could not be created).
+  std::unique_ptr<Runtime> main;
+  std::unique_ptr<Runtime> tuned;
+  std::string tuned_error;
+  std::unique_ptr<Runtime> pdl;
+  std::string pdl_error;
+  std::vector<std::string> routes;  // --routes: the names timed (empty: selector only)
+  std::map<std::string, std::unique_ptr<Runtime>> by_route;
+  std::map<std::string, std::string> route_errors;
+};
+
+Status outcome_status(const Outcome& o, const char* what);
+Outcome decode(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& a, cudaStream_t s);
+
+// Creates the runtimes the options ask for (an optional one that fails is recorded, not fatal).
+Status create_runtimes(Bench& b);
+
+// Every key the run will launch, from the runtimes' route selection (no launch).
+std::vector<std::string> keys_to_prewarm(Bench& b, const std::vector<Cell>& cells);
+
+// Measures one cell on its family's buffers. A failure of the kdajit call or of
+// every floor shape fails the cell; other failures are recorded in their parts.
+Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, CellResult& m);
+
+}  // namespace kdajit::bench
