@@ -173,8 +173,9 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
 
     keys: kernel key names; and/or a pattern: heads (required for a pattern) and
     the other configuration arguments, each a value or a list of values (every
-    combination; tokens is for the packed op, default 1..4 is not assumed: give it).
-    Each combination contributes every key the selector can pick (keys_for).
+    combination; tokens other than 1 apply to the packed op only, and the packed
+    op needs them given). Each combination contributes every key the selector
+    can pick at any batch size (keys_for).
     jobs: parallel compiles (default: the core count). progress(done, total,
     result): called after each key, from the calling thread. runtime: a
     kdajit.Runtime (default: the process runtime, so its cache dir).
