@@ -1,0 +1,339 @@
+"""The C ABI of libkdajit.so (runtime/include/kdajit/kdajit.h) through ctypes.
+
+This module is the one place that knows the C struct layouts and the entry
+points: a header change is an edit here (tests/python compares every size and
+offset with what the C compiler says). It does not import torch.
+
+The library is looked up, in order: next to this package (the copy that
+`pip install ./python` puts there), the path in KDAJIT_LIBRARY, then the
+system (`ldconfig`, LD_LIBRARY_PATH: "libkdajit.so.0"). On load it is handed
+the NVRTC of the nvidia pip packages on the Python path (nvrtc_candidates).
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import re
+import sys
+import threading
+from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
+
+# The library's version this package was written against: major.minor must
+# match (0.x: a minor release may change the ABI). A test compares it with
+# the CMake project version.
+ABI_VERSION = "0.1.0"
+SONAME = "libkdajit.so.0"
+
+MAX_DIMS = 4
+
+# kdajit_status_t
+OK = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_UNSUPPORTED = 2
+ERROR_COMPILE = 3
+ERROR_CUDA = 4
+ERROR_CACHE = 5
+ERROR_JIT_DISABLED = 6
+ERROR_CAPTURE = 7
+ERROR_IO = 8
+ERROR_INTERNAL = 9
+
+# kdajit_dtype_t, kdajit_gate_t, kdajit_conv_layout_t, kdajit_op_t,
+# kdajit_indices_mode_t, kdajit_log_level_t
+DTYPE_F32, DTYPE_BF16, DTYPE_INT32 = 0, 1, 2
+GATE_BOUNDED, GATE_SOFTPLUS = 0, 1
+CONV_SD, CONV_DS = 0, 1
+OP_SINGLE, OP_PACKED = 0, 1
+INDICES_UNIQUE_OR_NULL, INDICES_POSITIVE_UNIQUE, INDICES_REPEATED_POSITIVE = 0, 1, 2
+LOG_DEFAULT, LOG_QUIET, LOG_INFO, LOG_DEBUG = -1, 0, 1, 2
+
+# The names the Python API takes for the enums (the CLI's and the key names' spelling).
+DTYPES = {"f32": DTYPE_F32, "bf16": DTYPE_BF16, "int32": DTYPE_INT32}
+GATES = {"bounded": GATE_BOUNDED, "softplus": GATE_SOFTPLUS}
+CONV_LAYOUTS = {"sd": CONV_SD, "ds": CONV_DS}
+OPS = {"single": OP_SINGLE, "packed": OP_PACKED}
+INDICES_MODES = {
+    "unique_or_null": INDICES_UNIQUE_OR_NULL,
+    "positive_unique": INDICES_POSITIVE_UNIQUE,
+    "repeated_positive": INDICES_REPEATED_POSITIVE,
+}
+LOG_LEVELS = {None: LOG_DEFAULT, "quiet": LOG_QUIET, "info": LOG_INFO, "debug": LOG_DEBUG}
+
+
+# --- Struct layouts (C enums are int-sized on every platform kdajit supports) ---
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", c_void_p),
+        ("dtype", c_int32),
+        ("ndim", c_int32),
+        ("shape", c_int64 * MAX_DIMS),
+        ("strides", c_int64 * MAX_DIMS),
+    ]
+
+
+# The tensor fields of kdajit_decode_args_t, in header order. The Python ops
+# name the conv weight `weight` (FlashInfer's name); the struct `conv_weight`.
+TENSOR_FIELDS = (
+    "x", "conv_weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias",
+    "state_indices", "state", "output_gate", "norm_weight", "output",
+    "query_start_loc", "num_accepted_tokens",
+)
+# The scalar fields after them, in header order, with their struct format codes.
+SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("norm_eps", "f"),
+                 ("state_indices_mode", "i"), ("oob_counter", "Q"))
+
+
+class DecodeArgs(ctypes.Structure):
+    _fields_ = [(name, Tensor) for name in TENSOR_FIELDS] + [
+        ("gate", c_int32),
+        ("lower_bound", c_float),
+        ("norm_eps", c_float),
+        ("state_indices_mode", c_int32),
+        ("oob_counter", c_void_p),
+    ]
+
+
+class RuntimeOptions(ctypes.Structure):
+    _fields_ = [
+        ("cache_dir", c_char_p),
+        ("arch", c_char_p),
+        ("device", c_int32),
+        ("log_level", c_int32),
+        ("route", c_char_p),
+        ("use_tuning", c_int32),
+        ("pdl", c_int32),
+    ]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [
+        ("op", c_int32),
+        ("heads", c_int32),
+        ("state_dtype", c_int32),
+        ("conv_layout", c_int32),
+        ("tokens", c_int32),
+        ("gate", c_int32),
+        ("arch", c_char_p),
+        ("device", c_int32),
+        ("state_indices_mode", c_int32),
+        ("sm_count", c_int32),
+    ]
+
+
+# Every struct this module mirrors, by its C name (the layout test walks these).
+STRUCTS = {
+    "kdajit_tensor_t": Tensor,
+    "kdajit_decode_args_t": DecodeArgs,
+    "kdajit_runtime_options_t": RuntimeOptions,
+    "kdajit_config_t": Config,
+}
+
+
+# --- Errors ---------------------------------------------------------------------
+
+class KdajitError(RuntimeError):
+    """A kdajit status other than invalid argument / unsupported (compile, CUDA,
+    cache, capture, ...). `status` is the kdajit_status_t value."""
+
+    def __init__(self, message, status=ERROR_INTERNAL):
+        super().__init__(message)
+        self.status = status
+
+
+class LibraryNotFound(KdajitError, OSError):
+    """libkdajit.so could not be found or loaded."""
+
+    def __init__(self, message):
+        KdajitError.__init__(self, message, ERROR_IO)
+
+
+def error_for(status, message):
+    """The Python exception for a failed kdajit status: ValueError for a contract
+    violation, NotImplementedError for an unsupported configuration, else KdajitError."""
+    if status == ERROR_INVALID_ARGUMENT:
+        return ValueError(message)
+    if status == ERROR_UNSUPPORTED:
+        return NotImplementedError(message)
+    return KdajitError(message, status)
+
+
+# --- Loading --------------------------------------------------------------------
+
+def _package_copy():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in (SONAME, "libkdajit.so"):
+        path = os.path.join(here, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def candidates():
+    """Where the library is looked for, in order: (origin, path or name)."""
+    found = []
+    copy = _package_copy()
+    if copy:
+        found.append(("package", copy))
+    env = os.environ.get("KDAJIT_LIBRARY")
+    if env:
+        found.append(("KDAJIT_LIBRARY", env))
+    system = ctypes.util.find_library("kdajit")
+    found.append(("system", system or SONAME))
+    return found
+
+
+class Library:
+    """libkdajit.so with typed entry points."""
+
+    def __init__(self, path, origin):
+        self.path = path
+        self.origin = origin
+        self.lib = ctypes.CDLL(path)
+        lib = self.lib
+        self._proto("kdajit_version", c_char_p, [])
+        self._proto("kdajit_status_string", c_char_p, [c_int])
+        self._proto("kdajit_last_error", c_char_p, [])
+        self._proto("kdajit_last_error_detail", c_char_p, [])
+        self._proto("kdajit_runtime_options_init", None, [POINTER(RuntimeOptions)])
+        self._proto("kdajit_runtime_create", c_int, [POINTER(RuntimeOptions), POINTER(c_void_p)])
+        self._proto("kdajit_runtime_destroy", None, [c_void_p])
+        self._proto("kdajit_decode_args_init", None, [POINTER(DecodeArgs)])
+        # The decode entry points take the packed struct as bytes (c_char_p
+        # passes a pointer to the bytes object's buffer; the C side only reads).
+        self._proto("kdajit_single_decode", c_int, [c_void_p, c_char_p, c_void_p])
+        self._proto("kdajit_packed_decode", c_int, [c_void_p, c_char_p, c_void_p])
+        self._proto("kdajit_validate_args", c_int, [c_int, c_char_p])
+        self._proto("kdajit_query_support", c_int, [POINTER(Config), c_char_p, c_size_t])
+        self._proto("kdajit_config_init", None, [POINTER(Config)])
+        self._proto("kdajit_config_key", c_int, [POINTER(Config), c_int64, c_char_p, c_size_t])
+        self._proto("kdajit_config_keys", c_int, [POINTER(Config), c_char_p, c_size_t, POINTER(c_size_t)])
+        self._proto("kdajit_runtime_prewarm", c_int, [c_void_p, c_char_p, POINTER(c_int32)])
+        self._proto("kdajit_selected_key", c_int, [c_void_p, c_int, c_char_p, c_void_p, c_char_p, c_size_t])
+        self._proto("kdajit_add_nvrtc_candidate", c_int, [c_char_p])
+        self.version = lib.kdajit_version().decode()
+        self._check_version()
+        self._check_defaults()
+        self.nvrtc_candidates = []
+        for path in nvrtc_candidates():
+            if lib.kdajit_add_nvrtc_candidate(path.encode()) == OK:
+                self.nvrtc_candidates.append(path)
+
+    def _proto(self, name, restype, argtypes):
+        try:
+            fn = getattr(self.lib, name)
+        except AttributeError:
+            raise LibraryNotFound(f"{self.path}: expected the kdajit {ABI_VERSION} C ABI, but {name} is missing") \
+                from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+    def last_error(self, with_detail=False):
+        """The calling thread's last message; with_detail adds the detail (a compile's
+        options, NVRTC log and failing source line) on the following lines."""
+        msg = (self.lib.kdajit_last_error() or b"").decode(errors="replace")
+        if with_detail:
+            detail = (self.lib.kdajit_last_error_detail() or b"").decode(errors="replace")
+            if detail:
+                msg += "\n" + detail
+        return msg
+
+    def status_name(self, status):
+        return (self.lib.kdajit_status_string(status) or b"?").decode()
+
+    def raise_for(self, status, what=None):
+        """Raises the exception for status (not OK), with kdajit_last_error()."""
+        msg = self.last_error(with_detail=True) or self.status_name(status)
+        if what and status not in (ERROR_INVALID_ARGUMENT, ERROR_UNSUPPORTED):
+            msg = f"{what}: {self.status_name(status)}: {msg}"
+        raise error_for(status, msg)
+
+    def _check_version(self):
+        want = ABI_VERSION.split(".")[:2]
+        got = self.version.split(".")[:2]
+        if want != got:
+            raise LibraryNotFound(f"{self.path}: expected kdajit {'.'.join(want)}.x (the C ABI of this package), "
+                                  f"got {self.version}")
+
+    def _check_defaults(self):
+        """The init functions fill known values: read back at the ctypes offsets,
+        they prove that the binary's struct layout is the one declared here."""
+        o = RuntimeOptions()
+        ctypes.memset(byref(o), 0x5A, ctypes.sizeof(o))
+        self.lib.kdajit_runtime_options_init(byref(o))
+        got = (o.cache_dir, o.arch, o.device, o.log_level, o.route, o.use_tuning, o.pdl)
+        want = (None, None, -1, LOG_DEFAULT, None, 1, 0)
+        if got != want:
+            raise LibraryNotFound(f"{self.path}: kdajit_runtime_options_init wrote {got} at the ctypes offsets, "
+                                  f"expected {want}: struct layout mismatch")
+        c = Config()
+        ctypes.memset(byref(c), 0x5A, ctypes.sizeof(c))
+        self.lib.kdajit_config_init(byref(c))
+        got = (c.op, c.heads, c.state_dtype, c.conv_layout, c.tokens, c.gate, c.arch, c.device, c.state_indices_mode,
+               c.sm_count)
+        want = (OP_SINGLE, 64, DTYPE_F32, CONV_SD, 1, GATE_BOUNDED, None, -1, INDICES_UNIQUE_OR_NULL, 0)
+        if got != want:
+            raise LibraryNotFound(f"{self.path}: kdajit_config_init wrote {got} at the ctypes offsets, "
+                                  f"expected {want}: struct layout mismatch")
+        a = DecodeArgs()
+        ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
+        self.lib.kdajit_decode_args_init(byref(a))
+        got = (a.gate, a.lower_bound, a.norm_eps, a.state_indices_mode, a.oob_counter, a.x.data, a.x.ndim)
+        want = (GATE_BOUNDED, -5.0, c_float(1e-6).value, INDICES_UNIQUE_OR_NULL, None, None, 0)
+        if got != want:
+            raise LibraryNotFound(f"{self.path}: kdajit_decode_args_init wrote {got} at the ctypes offsets, "
+                                  f"expected {want}: struct layout mismatch")
+
+
+def nvrtc_candidates(paths=None):
+    """NVRTC libraries of nvidia pip packages on the Python path (what a PyTorch
+    image without a CUDA toolkit has: nvidia/cuda_nvrtc/lib/libnvrtc.so.12 for
+    cu12 wheels, nvidia/cu13/lib/libnvrtc.so.13 for cu13), newest major first.
+    libkdajit.so tries them after KDAJIT_NVRTC and before the system's."""
+    found = {}
+    for root in (sys.path if paths is None else paths):
+        base = os.path.join(root or ".", "nvidia")
+        if not os.path.isdir(base):
+            continue
+        for path in glob.glob(os.path.join(base, "*", "lib", "libnvrtc.so*")):
+            m = re.fullmatch(r"libnvrtc\.so\.(\d+)(?:\.[\d.]+)?", os.path.basename(path))
+            real = os.path.realpath(path)
+            if m and os.path.isfile(path) and real not in found:
+                found[real] = (int(m.group(1)), path)
+    return [p for _, p in sorted(found.values(), key=lambda mp: (-mp[0], mp[1]))]
+
+
+_lock = threading.Lock()
+_library = None
+
+
+def load():
+    """The process's Library, loaded on first use (thread-safe)."""
+    global _library
+    lib = _library
+    if lib is not None:
+        return lib
+    with _lock:
+        if _library is None:
+            # The first candidate that is there is the one: a package copy or a
+            # KDAJIT_LIBRARY that fails to load is an error, not a reason to
+            # silently pick another build.
+            origin, path = candidates()[0]
+            try:
+                _library = Library(path, origin)
+            except OSError as e:  # LibraryNotFound is an OSError too
+                hint = ("install the package with the library (README: Python) or set KDAJIT_LIBRARY to a "
+                        "built libkdajit.so" if origin == "system" else "")
+                raise LibraryNotFound(f"cannot load libkdajit.so ({origin}: {path}): {e}"
+                                      + (f"; {hint}" if hint else "")) from e
+        return _library
+
+
+def library_path():
+    """The path (or soname) of the loaded library and where it came from."""
+    lib = load()
+    return lib.path, lib.origin
+
+
+def version():
+    return load().version

@@ -1,0 +1,111 @@
+"""The kdajit runtime handle: one per process, created on first use."""
+import threading
+import weakref
+from ctypes import byref, c_void_p
+
+from . import _abi
+
+
+def _encode(value, name):
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes)) or not value:
+        raise ValueError(f"{name}: expected None or a non-empty string, got {value!r}")
+    return value.encode() if isinstance(value, str) else value
+
+
+class Runtime:
+    """A kdajit_runtime_t: the kernel cache and the loaded kernels.
+
+    cache_dir: None means KDAJIT_CACHE_DIR, $XDG_CACHE_HOME/kdajit, ~/.cache/kdajit.
+    arch: None means each call's device (e.g. "sm_90a" to pin one).
+    device: -1 means the context of each call's stream.
+    log_level: None (KDAJIT_LOG, else info), "quiet", "info" or "debug".
+    route: None lets the selector pick per call; a route name (`kdajit routes`)
+      pins every call to it (tests and benchmarks: a call it cannot serve raises).
+    use_tuning: prefer a `kdajit tune` table found in the cache (default True).
+    pdl: launch with programmatic stream serialization (default False).
+    """
+
+    def __init__(self, cache_dir=None, arch=None, device=-1, log_level=None, route=None, use_tuning=True,
+                 pdl=False):
+        lib = _abi.load()
+        if log_level not in _abi.LOG_LEVELS:
+            raise ValueError(f"log_level: expected None, 'quiet', 'info' or 'debug', got {log_level!r}")
+        if not isinstance(device, int) or device < -1:
+            raise ValueError(f"device: expected -1 or a CUDA device ordinal, got {device!r}")
+        for name, flag in (("use_tuning", use_tuning), ("pdl", pdl)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name}: expected True or False, got {flag!r}")
+        self.options = {"cache_dir": cache_dir, "arch": arch, "device": device, "log_level": log_level,
+                        "route": route, "use_tuning": use_tuning, "pdl": pdl}
+        opts = _abi.RuntimeOptions()
+        lib.lib.kdajit_runtime_options_init(byref(opts))
+        # ctypes keeps no reference to the bytes behind a c_char_p field.
+        self._keep = (_encode(cache_dir, "cache_dir"), _encode(arch, "arch"), _encode(route, "route"))
+        opts.cache_dir, opts.arch, opts.route = self._keep
+        opts.device = device
+        opts.log_level = _abi.LOG_LEVELS[log_level]
+        opts.use_tuning = int(use_tuning)
+        opts.pdl = int(pdl)
+        handle = c_void_p()
+        status = lib.lib.kdajit_runtime_create(byref(opts), byref(handle))
+        if status != _abi.OK:
+            lib.raise_for(status, "kdajit_runtime_create")
+        self._lib = lib
+        self.handle = handle.value  # an int: what the decode entry points take
+        self._finalizer = weakref.finalize(self, lib.lib.kdajit_runtime_destroy, handle.value)
+
+    def close(self):
+        """Destroys the runtime now (kernels stay loaded in their CUDA contexts)."""
+        self._finalizer()
+        self.handle = None
+
+    def __repr__(self):
+        return f"kdajit.Runtime({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+
+_lock = threading.Lock()
+_runtime = None
+_options = {}
+
+
+def configure(**options):
+    """Sets the options of the process runtime (Runtime's arguments) before its
+    first use; raises RuntimeError once it exists with other options."""
+    global _options
+    known = ("cache_dir", "arch", "device", "log_level", "route", "use_tuning", "pdl")
+    unknown = set(options) - set(known)
+    if unknown:
+        raise TypeError(f"configure: unknown option(s) {sorted(unknown)}; expected {', '.join(known)}")
+    with _lock:
+        if _runtime is not None:
+            current = {k: _runtime.options[k] for k in options}
+            if current != options:
+                raise RuntimeError(f"kdajit.configure: the process runtime already exists with {current}; "
+                                   "configure it before the first kdajit call")
+            return
+        _options = dict(options)
+
+
+def runtime():
+    """The process runtime, created on first use with the configured options."""
+    global _runtime
+    rt = _runtime
+    if rt is not None:
+        return rt
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime(**_options)
+        return _runtime
+
+
+def _reset_for_tests():
+    """Drops the process runtime (tests only: kernels of live contexts stay loaded)."""
+    global _runtime, _options
+    with _lock:
+        if _runtime is not None:
+            _runtime.close()
+        _runtime = None
+        _options = {}
+

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Host cost of one eager kdajit call from Python (issue 11 item 4: <= 15 us median).
+
+    python3 tests/python/host_cost.py            # on a CUDA machine: real launches
+    python3 tests/python/host_cost.py --cpu      # anywhere: host tensors, the launch replaced
+                                                 # by kdajit_validate_args (a C call of the same shape)
+
+For each configuration (FlashInfer-shaped arguments: raw_gate [1, R, H, 128],
+raw_beta [1, R, H], A_log [H], output given) it prints the median, p10 and p90
+of back-to-back calls of:
+  call    kdajit.fused_kda_decode / packed_fused_kda_decode, everything included;
+  python  the same with the C call stubbed out (mapping lookup, struct.pack, stream);
+  c       the bare C entry point on the same argument bytes (validation, lookup, launch).
+Needs PYTHONPATH=python and KDAJIT_LIBRARY (or the installed package).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kda_testing as kt  # noqa: E402
+
+import kdajit  # noqa: E402
+from kdajit import _ops  # noqa: E402
+
+
+def timed(fn, calls, sync):
+    """Per-call wall times in us; the device is drained every 100 calls (outside the
+    timed region) so that a full launch queue never blocks a timed call."""
+    for _ in range(50):
+        fn()
+    sync()
+    out = []
+    for i in range(calls):
+        if i % 100 == 99:
+            sync()
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    sync()
+    return out
+
+
+def summary(ts):
+    ts = sorted(ts)
+    return {"median": statistics.median(ts), "p10": ts[len(ts) // 10], "p90": ts[9 * len(ts) // 10]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu", action="store_true", help="host tensors; validate_args stands in for the launch")
+    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        print("no CUDA device: run with --cpu for the host-side estimate", file=sys.stderr)
+        return 77
+    device = "cpu" if args.cpu else "cuda"
+    c = _ops._c or _ops._bind()
+    sync = (lambda: None) if args.cpu else torch.cuda.synchronize
+    real_launch = _ops._launch
+    captured = {}
+
+    if args.cpu:
+        def stand_in(fn_index, op, packed, mapping):  # the C call a launch makes, minus the GPU
+            c[2](fn_index, packed)
+        _ops._allow_host_tensors = True
+        _ops._launch = stand_in
+        # Host tensors get a device check on every call (get_device() cannot tell
+        # host devices apart); CUDA calls do not: leave it out of the estimate.
+        _ops._check_torch_side = lambda spec, tensors: None
+
+    def capture_args(fn_index, op, packed, mapping):
+        captured["args"] = packed
+        captured["stream"] = 0 if mapping.device < 0 else _ops._raw_stream(mapping.device)
+
+    configs = [("single", 8, 1), ("single", 32, 32), ("single", 64, 256), ("packed", 32, 8)]
+    rows = []
+    print(f"kdajit {kdajit.version()} ({kdajit.library_path()[1]}), torch {torch.__version__}, "
+          f"{'host tensors, validate_args for the launch' if args.cpu else torch.cuda.get_device_name()}")
+    print(f"{'op':7s} {'H':>3s} {'R/N':>4s} | {'call us':>21s} | {'python us':>21s} | {'c us':>7s}")
+    for op, heads, n in configs:
+        if op == "single":
+            p = kt.make_problem("single", heads, n, device=device, seed=1)
+        else:
+            p = kt.make_problem("packed", heads, tokens=4, seqs=n, device=device, seed=1)
+        kw = p.kwargs()
+        fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
+        call = timed(lambda: fn(**kw), args.calls, sync)
+        # The Python side alone: the same call with the C entry point stubbed.
+        launch = _ops._launch
+        _ops._launch = capture_args
+        python = timed(lambda: fn(**kw), args.calls, sync)
+        _ops._launch = launch
+        # The bare C call on the bytes that call passes.
+        entry = c[2] if args.cpu else c[0 if op == "single" else 1]
+        handle = _ops._handle()
+        packed, stream = captured["args"], captured["stream"]
+        if args.cpu:
+            code = 0 if op == "single" else 1
+            bare = timed(lambda: entry(code, packed), args.calls, sync)
+        else:
+            bare = timed(lambda: entry(handle, packed, stream), args.calls, sync)
+        row = {"op": op, "heads": heads, "n": n, "call": summary(call), "python": summary(python),
+               "c": summary(bare)}
+        rows.append(row)
+        s, py, cc = row["call"], row["python"], row["c"]
+        print(f"{op:7s} {heads:3d} {n:4d} | {s['median']:6.2f} ({s['p10']:5.2f}-{s['p90']:6.2f}) | "
+              f"{py['median']:6.2f} ({py['p10']:5.2f}-{py['p90']:6.2f}) | {cc['median']:7.2f}")
+    _ops._launch = real_launch
+    _ops._allow_host_tensors = False
+    worst = max(r["call"]["median"] for r in rows)
+    print(f"host cost: worst median {worst:.2f} us per eager call (target <= 15 us"
+          f"{', estimate: no launch' if args.cpu else ''})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": args.cpu, "torch": torch.__version__, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The ctypes mirror of the C ABI (python/kdajit/_abi.py) against the C compiler
+and the header: struct sizes and offsets, enum values, versions, the packer."""
+import ctypes
+import os
+import re
+import struct
+import subprocess
+import unittest
+
+from kda_testing import SOURCE_DIR
+
+import kdajit
+from kdajit import _abi, _ops
+
+HEADER = os.path.join(SOURCE_DIR, "runtime", "include", "kdajit", "kdajit.h")
+
+
+def c_layout():
+    """{struct: (size, {field: (offset, size)})} printed by the abi_layout C program."""
+    exe = os.environ.get("KDAJIT_ABI_LAYOUT")
+    if not exe:
+        raise unittest.SkipTest("KDAJIT_ABI_LAYOUT (the abi_layout program CMake builds) is not set")
+    out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    layout = {}
+    for line in out.splitlines():
+        name, *nums = line.split()
+        if name == "version":
+            layout["version"] = nums[0]
+        elif nums[0] == "size":
+            layout[name] = (int(nums[1]), {})
+        else:
+            struct_name, field = name.split(".")
+            layout[struct_name][1][field] = (int(nums[0]), int(nums[1]))
+    return layout
+
+
+class Layout(unittest.TestCase):
+    def test_every_struct_matches_the_c_compiler(self):
+        layout = c_layout()
+        layout.pop("version")
+        self.assertEqual(set(layout), set(_abi.STRUCTS), "abi_layout.c and _abi.STRUCTS list different structs")
+        for name, cls in _abi.STRUCTS.items():
+            size, fields = layout[name]
+            self.assertEqual(ctypes.sizeof(cls), size, f"sizeof({name}): ctypes vs C")
+            ctypes_fields = [f for f, _ in cls._fields_]
+            self.assertEqual(ctypes_fields, sorted(fields, key=lambda f: fields[f][0]),
+                             f"{name}: the fields (in offset order) differ between ctypes and abi_layout.c")
+            for field, (off, fsize) in fields.items():
+                desc = getattr(cls, field)
+                self.assertEqual((desc.offset, desc.size), (off, fsize), f"{name}.{field}: (offset, size) ctypes vs C")
+
+    def test_packer_writes_each_field_where_ctypes_reads_it(self):
+        # Distinct values in every slot of the packed bytes, read back through ctypes.
+        chunk = ctypes.sizeof(_abi.Tensor) - _ops._PTR_BYTES
+        values = []
+        for i in range(len(_abi.TENSOR_FIELDS)):
+            t = _abi.Tensor()
+            t.dtype, t.ndim = i % 3, (i % 4) + 1
+            for d in range(4):
+                t.shape[d] = 1000 * i + d
+                t.strides[d] = -(1000 * i + d)
+            values += [0x1000 + i, bytes(t)[_ops._PTR_BYTES:]]
+            self.assertEqual(len(values[-1]), chunk)
+        values += [1, -2.5, 0.25, 2, 0xABCDEF]
+        a = _abi.DecodeArgs.from_buffer_copy(_ops._PACKER.pack(*values))
+        for i, name in enumerate(_abi.TENSOR_FIELDS):
+            t = getattr(a, name)
+            self.assertEqual((t.data, t.dtype, t.ndim), (0x1000 + i, i % 3, (i % 4) + 1), name)
+            self.assertEqual(list(t.shape), [1000 * i + d for d in range(4)], name)
+            self.assertEqual(list(t.strides), [-(1000 * i + d) for d in range(4)], name)
+        self.assertEqual((a.gate, a.lower_bound, a.norm_eps, a.state_indices_mode, a.oob_counter),
+                         (1, -2.5, 0.25, 2, 0xABCDEF))
+
+
+class HeaderConstants(unittest.TestCase):
+    def test_enum_values_match_the_header(self):
+        with open(HEADER) as f:
+            text = f.read()
+        enum_line = r"^\s+KDAJIT_([A-Z0-9_]+)\s*=\s*(-?\d+)"
+        consts = {m.group(1): int(m.group(2)) for m in re.finditer(enum_line, text, re.M)}
+        self.assertIn("ERROR_CAPTURE", consts)
+        for name, value in consts.items():
+            self.assertTrue(hasattr(_abi, name), f"KDAJIT_{name} = {value} has no _abi.{name}")
+            self.assertEqual(getattr(_abi, name), value, f"_abi.{name} vs KDAJIT_{name}")
+        self.assertEqual(_abi.MAX_DIMS, int(re.search(r"#define KDAJIT_MAX_DIMS (\d+)", text).group(1)))
+
+    def test_versions_agree(self):
+        with open(os.path.join(SOURCE_DIR, "CMakeLists.txt")) as f:
+            cmake = re.search(r"project\(kdajit VERSION ([0-9.]+)", f.read()).group(1)
+        self.assertEqual(kdajit.__version__, cmake, "_abi.ABI_VERSION vs the CMake project version")
+        self.assertEqual(kdajit.version(), cmake, "kdajit_version() of the loaded library")
+        self.assertEqual(c_layout()["version"], cmake, "KDAJIT_VERSION_STRING of the header vs CMake")
+
+
+class Statuses(unittest.TestCase):
+    def test_python_exceptions_per_status(self):
+        self.assertIsInstance(_abi.error_for(_abi.ERROR_INVALID_ARGUMENT, "m"), ValueError)
+        self.assertIsInstance(_abi.error_for(_abi.ERROR_UNSUPPORTED, "m"), NotImplementedError)
+        for status in range(_abi.ERROR_COMPILE, _abi.ERROR_INTERNAL + 1):
+            e = _abi.error_for(status, "m")
+            self.assertIsInstance(e, kdajit.KdajitError)
+            self.assertIsInstance(e, RuntimeError)
+            self.assertEqual(e.status, status)
+
+    def test_status_names_come_from_the_library(self):
+        lib = _abi.load()
+        self.assertEqual(lib.status_name(_abi.ERROR_CAPTURE), "stream capture")
+        self.assertEqual(lib.status_name(_abi.ERROR_INVALID_ARGUMENT), "invalid argument")
+
+    def test_library_layout_self_check_runs_on_load(self):
+        # _check_defaults read the init functions' values back at the ctypes
+        # offsets; a shifted struct would have failed the load.
+        lib = _abi.load()
+        a = _abi.DecodeArgs()
+        lib.lib.kdajit_decode_args_init(ctypes.byref(a))
+        self.assertEqual((a.gate, a.lower_bound, a.state_indices_mode), (_abi.GATE_BOUNDED, -5.0, 0))
+        self.assertEqual(struct.unpack("<f", struct.pack("<f", a.norm_eps))[0], ctypes.c_float(1e-6).value)
+        o = _abi.RuntimeOptions()
+        lib.lib.kdajit_runtime_options_init(ctypes.byref(o))
+        self.assertEqual((o.route, o.use_tuning, o.pdl), (None, 1, 0))
+        c = _abi.Config()
+        lib.lib.kdajit_config_init(ctypes.byref(c))
+        self.assertEqual((c.heads, c.tokens, c.device, c.sm_count), (64, 1, -1, 0))
+
+
+if __name__ == "__main__":
+    unittest.main()

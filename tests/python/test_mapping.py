@@ -1,0 +1,221 @@
+"""Argument mapping: for every torch shape and stride the ops accept, the exact
+kdajit_decode_args_t bytes a call passes to libkdajit.so (kdajit.dry_run: the
+same mapping and cache as a launch, then kdajit_validate_args instead of the
+launch), compared with a struct built field by field from the canonical views."""
+import ctypes
+import itertools
+import unittest
+
+import torch
+from kda_testing import D, conv_pool, make_problem, padded_rows, state_pool
+
+import kdajit
+from kdajit import _abi, _ops
+
+_CODES = {torch.float32: _abi.DTYPE_F32, torch.bfloat16: _abi.DTYPE_BF16, torch.int32: _abi.DTYPE_INT32}
+_FIELD = {"weight": "conv_weight"}
+
+
+def expected_args(p, output=None):
+    """kdajit_decode_args_t built with ctypes from the problem's canonical views
+    (what the contract says each argument is), independent of the package's packer."""
+    a = _abi.DecodeArgs()
+    ctypes.memset(ctypes.byref(a), 0, ctypes.sizeof(a))
+    names = ["x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices", "state",
+             "output_gate", "norm_weight", "output"]
+    if p.op == "packed":
+        names += ["query_start_loc", "num_accepted_tokens"]
+    for name in names:
+        v = p.views[name] if not (name == "output" and output is not None) else output
+        t = getattr(a, _FIELD.get(name, name))
+        t.data = v.data_ptr()
+        t.dtype = _CODES[v.dtype]
+        t.ndim = v.dim()
+        for i, (n, s) in enumerate(zip(v.shape, v.stride())):
+            t.shape[i] = n
+            t.strides[i] = s
+    a.gate = _abi.GATE_SOFTPLUS if p.lower_bound is None else _abi.GATE_BOUNDED
+    a.lower_bound = 0.0 if p.lower_bound is None else p.lower_bound
+    a.norm_eps = p.norm_eps
+    a.state_indices_mode = _abi.INDICES_MODES[p.mode] if p.op == "single" else 0
+    return bytes(a)
+
+
+def size_one_strides_cleared(raw):
+    """The args bytes with the strides of size-1 dims zeroed: the contract gives
+    those dims any stride (torch does too), so they are not part of the mapping."""
+    a = _abi.DecodeArgs.from_buffer_copy(raw)
+    for name in _abi.TENSOR_FIELDS:
+        t = getattr(a, name)
+        for i in range(t.ndim):
+            if t.shape[i] == 1:
+                t.strides[i] = 0
+    return bytes(a)
+
+
+def diff(got, want):
+    """The first field whose bytes differ, for a readable failure."""
+    g, w = _abi.DecodeArgs.from_buffer_copy(got), _abi.DecodeArgs.from_buffer_copy(want)
+    for name in _abi.TENSOR_FIELDS:
+        tg, tw = getattr(g, name), getattr(w, name)
+        if bytes(tg) != bytes(tw):
+            return (f"{name}: got data {tg.data:#x} dtype {tg.dtype} ndim {tg.ndim} shape {list(tg.shape)} "
+                    f"strides {list(tg.strides)}; want data {tw.data:#x} dtype {tw.dtype} ndim {tw.ndim} "
+                    f"shape {list(tw.shape)} strides {list(tw.strides)}")
+    return "scalars: " + str([(n, getattr(g, n), getattr(w, n)) for n, _ in _abi.SCALAR_FIELDS])
+
+
+class Mapping(unittest.TestCase):
+    def assert_maps(self, p, what):
+        fn = kdajit.fused_kda_decode if p.op == "single" else kdajit.packed_fused_kda_decode
+        got = kdajit.dry_run(fn, **p.kwargs())
+        want = expected_args(p)
+        self.assertEqual(len(got), ctypes.sizeof(_abi.DecodeArgs))
+        self.assertTrue(size_one_strides_cleared(got) == size_one_strides_cleared(want), f"{what}: {diff(got, want)}")
+        return got
+
+    # --- single op: each argument in each accepted form, on a base problem ---
+
+    def test_single_forms(self):
+        forms = {
+            "x": ["R", "1R"],
+            "raw_gate": ["RHD", "1RHD", "RHxD", "1RHxD"],
+            "output_gate": ["RHD", "1RHD", "RHxD", "1RHxD"],
+            "output": ["RHD", "1RHD", "RHxD", "1RHxD"],
+            "raw_beta": ["RH", "1RH"],
+            "A_log": ["H", "11H1", "H1"],
+            "dt_bias": ["HD", "H,D"],
+            "norm_weight": ["D", "1D"],
+            "state_indices": ["R", "1R"],
+        }
+        for arg, choices in forms.items():
+            for form in choices:
+                for heads, rows in ((1, 1), (3, 5), (64, 2)):
+                    p = make_problem("single", heads, rows, forms={arg: form}, seed=rows)
+                    self.assert_maps(p, f"{arg} as {form} (H={heads}, R={rows})")
+
+    def test_single_layouts_dtypes_and_scalars(self):
+        cases = itertools.product((torch.float32, torch.bfloat16), ("sd", "ds"), (0, 16), (0, 8),
+                                  ("bounded", "softplus"))
+        for i, (dtype, conv, row_pad, slot_pad, gate) in enumerate(cases):
+            p = make_problem("single", 2, 4, state_dtype=dtype, conv=conv, row_pad=row_pad, slot_pad=slot_pad,
+                             gate=gate, seed=i, null_rows=1, oob_rows=1)
+            self.assert_maps(p, f"state {dtype}, conv {conv}, row pad {row_pad}, slot pad {slot_pad}, {gate}")
+        for mode in ("unique_or_null", "positive_unique", "repeated_positive"):
+            p = make_problem("single", 2, 3, mode=mode)
+            self.assert_maps(p, f"mode {mode}")
+        for lb, eps in ((-5.0, 1e-5), (-0.5, 1e-6), (-1e30, 0.0), (None, 3.0)):
+            p = make_problem("single", 2, 3, gate="softplus" if lb is None else "bounded")
+            p.lower_bound, p.norm_eps = lb, eps
+            self.assert_maps(p, f"lower_bound {lb}, norm_eps {eps}")
+
+    def test_size_one_dims_take_any_stride(self):
+        # R = 1 and H = 1: torch gives those dims arbitrary strides; the contract ignores them.
+        p = make_problem("single", 1, 1)
+        odd = p.args["raw_gate"].as_strided((1, 1, 1, D), (7, 5, 3, 1))
+        p.args["raw_gate"] = odd
+        p.views["raw_gate"] = odd.as_strided((1, 1, D), (5, 3, 1))
+        self.assert_maps(p, "raw_gate [1, 1, 1, 128] with odd size-1 strides")
+
+    def test_page_pool_interleaving_conv_and_state_slots(self):
+        # FlashInfer's and vLLM's hybrid cache: one page per slot holding the conv
+        # history then the state (one byte buffer, two strided views).
+        H, R, S = 2, 3, 6
+        qkv, K = 3 * H * D, 3
+        for state_dtype in (torch.float32, torch.bfloat16):
+            esize = torch.empty((), dtype=state_dtype).element_size()
+            conv_bytes = qkv * K * 2
+            page = conv_bytes + H * D * D * esize
+            pool = torch.zeros(S * page, dtype=torch.uint8)
+            conv = pool.view(torch.bfloat16).as_strided((S, qkv, K), (page // 2, 1, qkv))
+            state = pool.view(state_dtype).as_strided((S, H, D, D), (page // esize, D * D, D, 1),
+                                                      conv_bytes // esize)
+            p = make_problem("single", H, R, slots=S, state_dtype=state_dtype)
+            for d in (p.args, p.views):
+                d["conv_state"], d["state"] = conv, state
+            self.assert_maps(p, f"page pool ({state_dtype})")
+
+    def test_output_none_is_allocated_as_flashinfer_does(self):
+        p = make_problem("single", 3, 4, output=False)
+        got = kdajit.dry_run(kdajit.fused_kda_decode, **p.kwargs())
+        a = _abi.DecodeArgs.from_buffer_copy(got)
+        self.assertEqual((a.output.dtype, a.output.ndim, list(a.output.shape)[:3], list(a.output.strides)[:3]),
+                         (_abi.DTYPE_BF16, 3, [4, 3, D], [3 * D, D, 1]))
+        self.assertNotEqual(a.output.data, 0)
+
+    def test_ops_return_the_output_they_were_given_or_allocated(self):
+        launched = []
+        launch = _ops._launch
+        _ops._launch = lambda fn_index, op, args, mapping: launched.append((fn_index, op, args))
+        try:
+            p = make_problem("single", 2, 3)
+            self.assertIs(p.call(kdajit), p.args["output"])
+            q = make_problem("packed", 2, tokens=2, seqs=2)
+            self.assertIs(q.call(kdajit), q.args["output"])
+            p = make_problem("single", 2, 3, output=False)
+            out = p.call(kdajit)
+            self.assertEqual((tuple(out.shape), out.dtype), ((1, 3, 2, D), torch.bfloat16))
+            # The launch got the same bytes as the dry run, pointing at that tensor.
+            self.assertEqual(_abi.DecodeArgs.from_buffer_copy(launched[-1][2]).output.data, out.data_ptr())
+            self.assertEqual([(i, op) for i, op, _ in launched],
+                             [(0, "fused_kda_decode"), (1, "packed_fused_kda_decode"), (0, "fused_kda_decode")])
+        finally:
+            _ops._launch = launch
+
+    # --- packed op ------------------------------------------------------------
+
+    def test_packed_tokens_layouts_and_forms(self):
+        for i, (T, conv, dtype) in enumerate(itertools.product((1, 2, 4, 16), ("sd", "ds"),
+                                                               (torch.float32, torch.bfloat16))):
+            p = make_problem("packed", 2, tokens=T, seqs=3, conv=conv, state_dtype=dtype, seed=i,
+                             lengths=[T, max(T - 1, 0), 1])
+            self.assert_maps(p, f"packed T={T} conv {conv} state {dtype}")
+        for arg, form in (("raw_gate", "RHxD"), ("x", "1R"), ("output", "RHD"), ("raw_beta", "RH"),
+                          ("A_log", "11H1"), ("output_gate", "1RHD")):
+            p = make_problem("packed", 3, tokens=3, seqs=2, forms={arg: form})
+            self.assert_maps(p, f"packed {arg} as {form}")
+
+    # --- the mapping cache ------------------------------------------------------
+
+    def test_cache_hit_gives_the_new_tensors_pointers(self):
+        _ops._cache_single.clear()
+        p1 = make_problem("single", 3, 4, seed=1)
+        p2 = make_problem("single", 3, 4, seed=2)  # same shapes and strides, other storage
+        self.assert_maps(p1, "first call (miss)")
+        self.assertEqual(len(_ops._cache_single), 1)
+        self.assert_maps(p2, "same layout (hit)")
+        self.assertEqual(len(_ops._cache_single), 1)
+        p3 = make_problem("single", 3, 4, seed=3, row_pad=32)  # other strides: another entry
+        self.assert_maps(p3, "other strides (miss)")
+        self.assertEqual(len(_ops._cache_single), 2)
+        p4 = make_problem("single", 3, 4, seed=3, state_dtype=torch.bfloat16)  # other dtype: another entry
+        self.assert_maps(p4, "other state dtype (miss)")
+        self.assertEqual(len(_ops._cache_single), 3)
+
+    def test_cache_is_bounded(self):
+        _ops._cache_single.clear()
+        limit = _ops._CACHE_LIMIT
+        try:
+            _ops._CACHE_LIMIT = 3
+            for rows in range(1, 8):
+                self.assert_maps(make_problem("single", 1, rows), f"R={rows}")
+                self.assertLessEqual(len(_ops._cache_single), 3)
+        finally:
+            _ops._CACHE_LIMIT = limit
+
+
+class Helpers(unittest.TestCase):
+    def test_builders_make_the_contract_layouts(self):
+        # Guards the test helpers themselves: the canonical views are what spec section 1 says.
+        c = conv_pool(4, 3 * 128, 3, "sd", 8, "cpu")
+        self.assertEqual(c.stride(), (3 * 3 * 128 + 8, 1, 3 * 128))
+        c = conv_pool(4, 3 * 128, 3, "ds", 0, "cpu")
+        self.assertEqual(c.stride(), (3 * 3 * 128, 3, 1))
+        s = state_pool(4, 2, torch.bfloat16, 8, "cpu")
+        self.assertEqual(s.stride(), (2 * D * D + 8, D * D, D, 1))
+        x = padded_rows(3, 10, 6, torch.bfloat16, "cpu")
+        self.assertEqual((tuple(x.shape), x.stride()), ((3, 10), (16, 1)))
+
+
+if __name__ == "__main__":
+    unittest.main()
