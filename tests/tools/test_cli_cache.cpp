@@ -236,3 +236,38 @@ TEST_CASE("manifest errors name the file, the entry and the field", "[cli][manif
   CHECK(r.err.find("kdajit: error: " + expected) != std::string::npos);
   CHECK(count_lines(r.err, "kdajit: compiled") == 0);
 }
+
+TEST_CASE("no verb deletes a foreign file in tmp/; read-only verbs create nothing", "[cli][safety]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  fs::create_directories(root);
+  const std::string key = "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90";
+  // Read-only verbs on an empty root: no tmp/, locks/ or arch directory appears.
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"ls", "--cache-dir", root},
+           {"explain", "--cache-dir", root, key},
+           {"env", "--cache-dir", root},
+           {"prewarm", "--cache-dir", root, "--dry-run", "--op", "single", "--heads", "8", "--state", "f32", "--conv",
+            "sd", "--gate", "bounded", "--arch", "sm_90"}}) {
+    INFO(args[0]);
+    CHECK(cli(args, scratch.path()).code == 0);
+    CHECK(fs::is_empty(root));
+  }
+  // The issue's reproducer: an operator's two-hour-old note in tmp/.
+  fs::create_directories(root + "/tmp");
+  write_text(root + "/tmp/notes", "x");
+  age_path(root + "/tmp/notes", 7200);
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"ls", "--cache-dir", root},
+           {"prewarm", "--cache-dir", root, "--op", "single", "--heads", "8", "--state", "f32", "--conv", "sd",
+            "--gate", "bounded", "--arch", "sm_90"},
+           {"verify", "--cache-dir", root},
+           {"prune", "--cache-dir", root, "--max-bytes", "0"},
+           {"clear", "--cache-dir", root}}) {
+    INFO(args[0]);
+    Run r = cli(args, scratch.path());
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK(read_text(root + "/tmp/notes") == "x");
+  }
+}
