@@ -264,27 +264,46 @@ TEST_CASE("loose modes in one's own root: the entry or the layer is not trusted"
 }
 
 TEST_CASE("an entry that cannot be replaced costs that key only", "[cache][hostile][item5]") {
-  if (::geteuid() == 0) return;  // root ignores mode 000; test_cache_two_users covers this as root
+  // Mode 000 stops its owner, but not root: as root the scenario runs in a child
+  // switched to uid 65534 (test_cache_two_users has the other-owner variant).
   TempDir scratch;
-  std::string root = scratch / "cache";
-  FakeBuild stuck(key_h(16)), fresh(key_h(24));
-  std::string entry = build_into(root, stuck);
-  write_text(entry + "/kernel.cubin", "garbage");
-  fs::permissions(entry, fs::perms::none);
-  std::atomic<int> calls{0};
-  StderrCapture err;
-  KernelCache cache(opts(root));
-  auto r = cache.lookup(stuck.key, stuck.hash, stuck.fn(&calls));
-  auto f = cache.lookup(fresh.key, fresh.hash, fresh.fn(&calls));
-  auto log = err.finish();
-  REQUIRE(r.ok());
-  CHECK(r->entry->dir.empty());
-  CHECK(!r->not_stored.empty());
-  REQUIRE(f.ok());
-  CHECK(!f->entry->dir.empty());  // unrelated keys are still stored
-  CHECK(cache.mode() == CacheMode::read_write);
-  CHECK(count_lines(log, "kdajit: warning:") == 1);
-  fs::permissions(entry, fs::perms::owner_all);
+  const bool as_root = ::geteuid() == 0;
+  if (as_root) {
+    fs::permissions(scratch.path(), fs::perms::all);
+    REQUIRE(::chown(scratch.path().c_str(), 65534, 65534) == 0);
+  }
+  std::string log = scratch / "child.log";
+  auto scenario = [&]() -> int {
+    redirect_stderr_to(log);
+    std::string root = scratch / "cache";
+    FakeBuild stuck(key_h(16)), fresh(key_h(24));
+    std::string entry;
+    {
+      KernelCache cache(opts(root));
+      auto r = cache.get_or_build(stuck.key, stuck.hash, stuck.fn());
+      if (!r) return 10;
+      entry = (*r)->dir;
+    }
+    write_text(entry + "/kernel.cubin", "garbage");
+    fs::permissions(entry, fs::perms::none);
+    ::truncate(log.c_str(), 0);
+    KernelCache cache(opts(root));
+    auto r = cache.lookup(stuck.key, stuck.hash, stuck.fn());
+    auto f = cache.lookup(fresh.key, fresh.hash, fresh.fn());
+    int code = 0;
+    if (!r || !r->entry->dir.empty() || r->not_stored.empty()) code = 11;
+    else if (!f || f->entry->dir.empty()) code = 12;  // unrelated keys are still stored
+    else if (cache.mode() != CacheMode::read_write) code = 13;
+    fs::permissions(entry, fs::perms::owner_all);
+    return code;
+  };
+  int code = wait_child(as_root ? spawn_as(65534, scenario) : spawn_child(scenario));
+  auto text = read_text(log);
+  INFO(text);
+  REQUIRE(code != 97);  // could not switch users
+  CHECK(code == 0);
+  CHECK(count_lines(text, "kdajit: warning:") == 1);
+  CHECK(count_lines(text, "kdajit: compiled ") == 2);
 }
 
 TEST_CASE("hostile meta.json: deep nesting, huge, not UTF-8", "[cache][hostile][meta]") {
