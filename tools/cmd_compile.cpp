@@ -1,13 +1,22 @@
 // `kdajit show KEY` and `kdajit compile KEY... | --preset NAME`: the generator
 // and NVRTC without any cache.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
+#include <set>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "cli_env.hpp"
+#include "cli_output.hpp"
 #include "commands.hpp"
+#include "key_selection.hpp"
 #include "kdajit/presets.hpp"
 #include "kdajit/source_generator.hpp"
 #include "kdajit/parallel.hpp"
@@ -23,6 +32,27 @@ struct CompileRow {
   std::string error;
 };
 
+// Writes `bytes` to `path`, every step checked: a compile whose files could not
+// be written has failed.
+Status write_output(const std::string& path, std::string_view bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(errno)));
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(e)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0)
+    return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(errno)));
+  return {};
+}
+
 }  // namespace
 
 void add_compile_commands(CLI::App& app) {
@@ -30,7 +60,7 @@ void add_compile_commands(CLI::App& app) {
   auto show_key = std::make_shared<std::string>();
   show->add_option("KEY", *show_key, "kernel key name")->required();
   show->callback([show_key] {
-    KernelKey key = unwrap(parse_key(*show_key));
+    KernelKey key = unwrap(parse_key_text(*show_key));
     fmt::print("{}", unwrap(generate_source(key)));
   });
 
@@ -38,33 +68,51 @@ void add_compile_commands(CLI::App& app) {
   struct Opts {
     std::vector<std::string> keys;
     std::string preset;
-    std::string arch = "sm_90";
+    std::string arch;
     std::string out;
     unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("KEY", o->keys, "kernel key names");
   cmd->add_option("--preset", o->preset, "compile every key of a preset instead");
-  cmd->add_option("--arch", o->arch, "arch for --preset")->capture_default_str();
+  cmd->add_option("--arch", o->arch, "arch for --preset (default: KDAJIT_ARCH, else the local GPU's, else sm_90)");
   cmd->add_option("--out", o->out, "write <name>.cubin and <name>.cu into this directory");
   cmd->add_option("-j,--jobs", o->jobs, "parallel compiles")->capture_default_str()->check(CLI::Range(1u, 1024u));
   cmd->callback([o] {
     std::vector<CompileRow> rows;
-    for (const auto& k : o->keys) rows.push_back({unwrap(parse_key(k)), {}, {}});
+    for (const auto& k : o->keys) rows.push_back({unwrap(parse_key_text(k)), {}, {}});
     if (!o->preset.empty())
-      for (const auto& k : unwrap(preset_keys(o->preset, unwrap(parse_arch(o->arch))))) rows.push_back({k, {}, {}});
-    if (rows.empty()) throw Failure("compile: expected at least one KEY or --preset NAME");
-    if (!o->out.empty()) std::filesystem::create_directories(o->out);
+      for (const auto& k : unwrap(preset_keys(o->preset, choose_arch(o->arch).arch))) rows.push_back({k, {}, {}});
+    if (rows.empty()) throw Failure("compile: expected at least one KEY or --preset NAME", kExitUsage);
+    std::set<Arch> archs;
+    for (const auto& r : rows) archs.insert(r.key.arch);
+    warn_if_not_runtime_arch("compile", archs);
+    if (!o->out.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o->out, ec);
+      if (ec || !std::filesystem::is_directory(o->out))
+        throw Failure(fmt::format("--out: expected a directory that can be created, got '{}'{}", quote(o->out),
+                                  ec ? " (" + ec.message() + ")" : std::string(" (not a directory)")),
+                      kExitUsage);
+    }
 
     std::mutex print_mu;
     parallel_for(rows.size(), o->jobs, [&](size_t i) {
       CompileRow& row = rows[i];
       auto in = make_build_inputs(row.key);
       auto ck = in ? compile(*in) : Result<CompiledKernel>(in.error());
+      Status written;
+      if (ck && !o->out.empty()) {
+        written = write_output(fmt::format("{}/{}.cubin", o->out, key_name(row.key)), ck->cubin);
+        if (written) written = write_output(fmt::format("{}/{}.cu", o->out, key_name(row.key)), in->source);
+      }
       std::lock_guard lock(print_mu);
-      if (!ck) {
-        row.error = ck.error().message + "\n" + ck.error().detail;
-        fmt::print("{}  FAILED\n{}\n", key_name(row.key), row.error);
+      if (!ck || !written) {
+        const Error& e = !ck ? ck.error() : written.error();
+        row.error = e.message;
+        fmt::print("{}  FAILED: {}\n", key_name(row.key), printable(e.message, 400));
+        std::fflush(stdout);
+        if (!e.detail.empty()) print_error(fmt::format("{}: {}", key_name(row.key), e.message), e.detail);
         return;
       }
       row.result = std::move(*ck);
@@ -72,10 +120,6 @@ void add_compile_commands(CLI::App& app) {
       fmt::print("{}  {:.0f} ms  {} registers  {} bytes spilled{}\n", key_name(row.key), row.result->compile_ms,
                  r.registers, r.spill_bytes, r.spill_bytes + r.stack_bytes > 0 ? "  SPILL" : "");
       std::fflush(stdout);
-      if (!o->out.empty()) {
-        std::ofstream(fmt::format("{}/{}.cubin", o->out, key_name(row.key)), std::ios::binary) << row.result->cubin;
-        std::ofstream(fmt::format("{}/{}.cu", o->out, key_name(row.key)), std::ios::binary) << in->source;
-      }
     });
 
     size_t failed = 0, spilled = 0;
@@ -84,7 +128,7 @@ void add_compile_commands(CLI::App& app) {
       else if (row.result->resources.spill_bytes + row.result->resources.stack_bytes > 0) ++spilled;
     }
     fmt::print("{} keys: {} compiled, {} failed, {} with spills or stack\n", rows.size(), rows.size() - failed, failed, spilled);
-    // A route that spills is a bug, as is a failed compile.
+    // A route that spills is a bug, as is a failed compile or an unwritten file.
     if (failed || spilled) throw Failure(fmt::format("compile: {} failed, {} spilled", failed, spilled));
   });
 }

@@ -40,10 +40,15 @@ void add_selfcheck_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed of the test data")->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON report");
   cmd->callback([o] {
-    if (!gpu_available()) {
-      fmt::print("kdajit selfcheck: no CUDA GPU on this machine; skipped\n");
-      return;
-    }
+    // Under --json every outcome is one JSON object; a run that could not check
+    // anything here exits 77 (skipped), as the GPU tests do.
+    auto skip = [&](const std::string& reason) {
+      if (o->json) fmt::print("{}\n", nlohmann::json({{"status", "skipped"}, {"reason", reason}}).dump(2));
+      else fmt::print("kdajit selfcheck: {}; skipped\n", reason);
+      std::fflush(stdout);
+      throw Failure("", kExitSkipped);
+    };
+    if (!gpu_available()) skip("no CUDA GPU on this machine");
     const DriverApi& api = *unwrap(driver());
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
@@ -70,9 +75,11 @@ void add_selfcheck_command(CLI::App& app) {
     for (const auto& e : any.cache->list_entries())
       if (e.key && e.key->arch == arch) keys.insert(*e.key);
     if (keys.empty()) {
-      fmt::print("kdajit selfcheck: no cached kernels for {} in {}; run `kdajit prewarm` first\n", to_string(arch),
-                 any.cache->root());
-      return;
+      std::string why = fmt::format("no cached kernels for {} in {}; run `kdajit prewarm` first", to_string(arch),
+                                    any.cache->root());
+      if (o->json) fmt::print("{}\n", nlohmann::json({{"status", "failed"}, {"reason", why}}).dump(2));
+      std::fflush(stdout);
+      throw Failure("selfcheck: " + why);
     }
 
     auto report = nlohmann::json::array();
@@ -109,7 +116,13 @@ void add_selfcheck_command(CLI::App& app) {
         if (!pass) fmt::print("    {}\n", error.empty() ? rep.message : error);
       }
     }
-    if (o->json) fmt::print("{}\n", report.dump(2));
+    if (o->json)
+      fmt::print("{}\n", nlohmann::json({{"status", failed ? "failed" : "passed"},
+                                         {"arch", to_string(arch)},
+                                         {"keys", keys.size()},
+                                         {"failed", failed},
+                                         {"results", report}})
+                             .dump(2));
     else fmt::print("selfcheck: {} keys, {} passed, {} failed\n", keys.size(), keys.size() - failed, failed);
     if (failed) throw Failure(fmt::format("selfcheck: {} of {} kernels failed", failed, keys.size()));
   });

@@ -42,4 +42,15 @@ std::string_view to_string(CacheMode m) {
   return "unknown";
 }
 
+std::string_view to_string(LayerState s) {
+  switch (s) {
+    case LayerState::read_write: return "read-write";
+    case LayerState::read_only: return "read-only";
+    case LayerState::missing: return "missing";
+    case LayerState::unusable: return "unusable";
+    case LayerState::untrusted: return "untrusted";
+  }
+  return "unknown";
+}
+
 }  // namespace kdajit

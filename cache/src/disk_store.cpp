@@ -1,26 +1,27 @@
 #include "disk_store.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <filesystem>
 #include <mutex>
+#include <random>
 #include <set>
-#include <thread>
 #include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "kdajit/bounded_io.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/sha256.hpp"
-
-namespace fs = std::filesystem;
 
 namespace kdajit::cache_detail {
 
@@ -28,35 +29,98 @@ namespace {
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
+// Failures that concern the whole file system, not one path: they stop publishing.
+bool fs_wide(int e) { return e == ENOSPC || e == EDQUOT || e == EROFS || e == EFBIG || e == EIO; }
+
 Error io_error(std::string_view what, int e) {
   return Error(ErrorCode::io, fmt::format("{}: {}", what, errno_text(e)));
 }
+// A failure at the final location of an entry: scoped to it unless the file system is.
+Error place_error(std::string_view what, int e) {
+  return Error(fs_wide(e) ? ErrorCode::io : ErrorCode::cache, fmt::format("{}: {}", what, errno_text(e)));
+}
 
-// A whole file, or an Error{io} whose message starts with the file name. errno is
-// kept in `err` so callers can tell "missing" from "unreadable".
-Result<std::string> read_file(const std::string& path, int* err = nullptr) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (err) *err = errno;
-    return io_error(path, errno);
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+constexpr mode_t kPrivateDirMode = 0700;  // the root, its parents, tmp/, locks/
+constexpr mode_t kEntryDirMode = 0755;    // <arch>/ and entries: the root's mode decides who may read
+constexpr mode_t kEntryFileMode = 0644;
+
+// Why a path owned and moded like `st` could have been written by someone other
+// than this user or root; empty when it could not.
+std::string distrust(const struct stat& st, uid_t euid) {
+  if (st.st_uid != euid && st.st_uid != 0) return fmt::format("owned by uid {}", st.st_uid);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format("writable by {} (mode {:04o})", (st.st_mode & S_IWOTH) ? "every user" : "its group",
+                       st.st_mode & 07777);
+  return {};
+}
+
+// What was wrong with a path, when opening it failed or it is not to be trusted.
+struct Problem {
+  enum Kind { none, missing, untrusted, corrupt } kind = none;
+  std::string why;  // "is missing", "is a symbolic link", "is owned by uid 7", ...
+  explicit operator bool() const { return kind != none; }
+};
+
+Problem classify_open_failure(int dirfd, const char* name, int e, bool want_dir) {
+  if (e == ENOENT) return {Problem::missing, "is missing"};
+  struct stat st {};
+  if ((e == ELOOP || e == ENOTDIR || e == EMLINK) && ::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(st.st_mode)) return {Problem::untrusted, "is a symbolic link"};
+    if (want_dir && !S_ISDIR(st.st_mode)) return {Problem::corrupt, "is not a directory"};
   }
+  return {Problem::corrupt, "cannot be opened: " + errno_text(e)};
+}
+
+// Opens a directory or regular file below `dirfd` without following a link, and
+// checks what fstat says about it. `system`: owner and mode are not checked.
+Fd open_checked(int dirfd, const char* name, bool want_dir, uid_t euid, bool system, Problem* p) {
+  // O_NONBLOCK: a FIFO planted in place of a file must not block the open.
+  int fd = ::openat(dirfd, name, want_dir ? kDirFlags : (O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (fd < 0) {
+    *p = classify_open_failure(dirfd, name, errno, want_dir);
+    return Fd();
+  }
+  Fd out(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    *p = {Problem::corrupt, "cannot be examined: " + errno_text(errno)};
+    return Fd();
+  }
+  if (!want_dir && !S_ISREG(st.st_mode)) {
+    *p = {Problem::corrupt, "is not a regular file"};
+    return Fd();
+  }
+  if (!system) {
+    if (std::string why = distrust(st, euid); !why.empty()) {
+      *p = {Problem::untrusted, "is " + why};
+      return Fd();
+    }
+  }
+  *p = {};
+  return out;
+}
+
+// At most `max` bytes of an open regular file; longer is an error.
+Result<std::string> read_fd(int fd, size_t max, std::string_view what) {
   std::string out;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (static_cast<uint64_t>(st.st_size) > max)
+      return Error(ErrorCode::cache, fmt::format("{} is larger than {} bytes", what, max));
+    out.reserve(static_cast<size_t>(st.st_size));
+  }
   char buf[1 << 16];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      if (err) *err = e;
-      return io_error(path, e);
-    }
+    if (n < 0 && errno == EAGAIN) break;  // never wait on a file that is not regular
+    if (n < 0) return Error(ErrorCode::cache, fmt::format("{} is unreadable: {}", what, errno_text(errno)));
     if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max)
+      return Error(ErrorCode::cache, fmt::format("{} is larger than {} bytes", what, max));
     out.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
   return out;
 }
 
@@ -71,57 +135,127 @@ Status write_all(int fd, std::string_view bytes, const std::string& path) {
   return {};
 }
 
-// Written, flushed and closed, each step checked: a full disk may only surface at
-// fsync() or close() on some file systems.
-Status write_file_synced(const std::string& path, std::string_view bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+// Created (never through a link), written, flushed and closed, each step checked:
+// a full disk may only surface at fsync() or close() on some file systems.
+Status write_file_at(int dirfd, const char* name, std::string_view bytes, const std::string& path) {
+  int fd = ::openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, kEntryFileMode);
   if (fd < 0) return io_error(fmt::format("creating {}", path), errno);
-  Status s = write_all(fd, bytes, path);
+  Status s;
+  if (::fchmod(fd, kEntryFileMode) != 0) s = io_error(fmt::format("setting the mode of {}", path), errno);
+  if (s) s = write_all(fd, bytes, path);
   if (s && ::fsync(fd) != 0) s = io_error(fmt::format("flushing {}", path), errno);
   if (::close(fd) != 0 && s) s = io_error(fmt::format("closing {}", path), errno);
   return s;
 }
 
 // Makes a directory's new names (files created in it, a rename into it) durable.
-Status fsync_dir(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error(fmt::format("opening {}", path), errno);
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
+Status fsync_fd(int fd, const std::string& path) {
   // Some file systems cannot fsync a directory (EINVAL); that is not a write failure.
-  if (rc != 0 && e != EINVAL) return io_error(fmt::format("flushing {}", path), e);
+  if (::fsync(fd) != 0 && errno != EINVAL) return io_error(fmt::format("flushing {}", path), errno);
   return {};
 }
 
-Status make_dir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) == 0) return {};
-  int e = errno;
+// Opens dirfd/name as a directory, creating it with exactly `mode` (whatever the
+// umask) when missing. An existing one must be a real directory this user (or,
+// with allow_root_owner, root) owns and others cannot write.
+Result<Fd> ensure_dir_at(int dirfd, const char* name, mode_t mode, uid_t euid, bool allow_root_owner,
+                         const std::string& path) {
+  bool created = ::mkdirat(dirfd, name, mode) == 0;
+  if (!created && errno != EEXIST) return place_error(fmt::format("creating {}", path), errno);
+  Problem p;
+  Fd fd = open_checked(dirfd, name, /*want_dir=*/true, euid, /*system=*/false, &p);
+  if (!fd) return Error(ErrorCode::cache, fmt::format("{} {}", path, p.why));
   struct stat st {};
-  if (e == EEXIST && ::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return {};
-    return Error(ErrorCode::io, fmt::format("{} exists and is not a directory", path));
-  }
-  return io_error(fmt::format("creating {}", path), e);
+  if (::fstat(fd.get(), &st) == 0 && st.st_uid != euid && !(allow_root_owner && st.st_uid == 0))
+    return Error(ErrorCode::cache, fmt::format("{} is owned by uid {}", path, st.st_uid));
+  if (created && ::fchmod(fd.get(), mode) != 0) return io_error(fmt::format("setting the mode of {}", path), errno);
+  return fd;
 }
 
-Result<std::string> make_temp_dir(const std::string& parent, std::string_view stem) {
-  std::string templ = fmt::format("{}/{}.XXXXXX", parent, stem);
-  if (::mkdtemp(templ.data()) == nullptr) return io_error(fmt::format("creating a directory in {}", parent), errno);
-  return templ;
+// Six random letters or digits, like mkdtemp(); fresh after fork().
+std::string random_suffix() {
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng;
+  thread_local pid_t seeded_for = 0;
+  if (seeded_for != ::getpid()) {
+    std::random_device rd;
+    rng.seed((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid()) ^
+             std::hash<std::thread::id>()(std::this_thread::get_id()));
+    seeded_for = ::getpid();
+  }
+  std::string s(6, 'x');
+  for (auto& c : s) c = kChars[rng() % (sizeof kChars - 1)];
+  return s;
+}
+
+// A new private directory `<stem>.<random>` in dirfd; returns its name.
+Result<std::string> make_temp_dir_at(int dirfd, std::string_view stem, const std::string& parent_path) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = fmt::format("{}.{}", stem, random_suffix());
+    if (::mkdirat(dirfd, name.c_str(), kPrivateDirMode) == 0) return name;
+    if (errno != EEXIST) return io_error(fmt::format("creating a directory in {}", parent_path), errno);
+  }
+  return Error(ErrorCode::io, fmt::format("creating a directory in {}: no free name", parent_path));
+}
+
+// The names in an open directory (without "." and "..").
+std::vector<std::string> dir_names(int dirfd) {
+  std::vector<std::string> out;
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return out;
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    ::close(fd);
+    return out;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n != "." && n != "..") out.emplace_back(n);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Deletes dirfd/name and what it holds, never following a link, and only what
+// this user owns (a link is removed itself, not its target). Returns false when
+// something was left.
+bool remove_tree_at(int dirfd, const char* name, uid_t euid, int depth = 0) {
+  Problem p;
+  Fd d = open_checked(dirfd, name, /*want_dir=*/true, euid, /*system=*/true, &p);
+  if (!d) return p.kind == Problem::missing;
+  struct stat st {};
+  if (::fstat(d.get(), &st) != 0 || st.st_uid != euid) return false;
+  bool all = true;
+  for (const auto& n : dir_names(d.get())) {
+    struct stat cs {};
+    if (::fstatat(d.get(), n.c_str(), &cs, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISDIR(cs.st_mode)) {
+      all = (depth < 4 && remove_tree_at(d.get(), n.c_str(), euid, depth + 1)) && all;
+    } else if (cs.st_uid == euid) {
+      all = (::unlinkat(d.get(), n.c_str(), 0) == 0 || errno == ENOENT) && all;
+    } else {
+      all = false;
+    }
+  }
+  d.reset();
+  return (::unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) && all;
 }
 
 int64_t timespec_ns(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
 
-int64_t read_stamp(const std::string& dir) {
-  auto text = read_file(dir + "/" + kLastUsedFile);
+int64_t read_stamp(int entry_fd, uid_t euid, bool system) {
+  Problem p;
+  Fd fd = open_checked(entry_fd, kLastUsedFile, false, euid, system, &p);
+  if (!fd) return 0;
+  auto text = read_fd(fd.get(), 64, kLastUsedFile);
   if (!text) return 0;
   int64_t v = 0;
   const char* b = text->data();
   const char* e = b + text->size();
   while (e > b && (e[-1] == '\n' || e[-1] == ' ')) --e;
-  auto [p, ec] = std::from_chars(b, e, v);
-  return (ec == std::errc() && p == e && v > 0) ? v : 0;
+  auto [ptr, ec] = std::from_chars(b, e, v);
+  return (ec == std::errc() && ptr == e && v > 0) ? v : 0;
 }
 
 bool is_hex(std::string_view s) {
@@ -138,17 +272,43 @@ std::optional<KernelKey> parse_entry_name(std::string_view name, std::string_vie
   return *key;
 }
 
-// Stem of a staging dir name (`<stem>.<6 random chars>`), which names its lock file.
-std::string staging_stem(std::string_view name) {
+bool is_random_suffix(std::string_view s) {
+  return s.size() == 6 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+         });
+}
+
+// kdajit's names in tmp/: `<entry stem>.<random>` (staging), `gone.<random>` (an
+// entry being removed) and `probe.<random>`. Returns the entry stem of a staging
+// name (which names its lock), "" for gone/probe, nullopt for anything else.
+std::optional<std::string> parse_tmp_name(std::string_view name) {
   size_t dot = name.rfind('.');
-  return std::string(dot == std::string_view::npos ? name : name.substr(0, dot));
+  if (dot == std::string_view::npos || !is_random_suffix(name.substr(dot + 1))) return std::nullopt;
+  std::string_view stem = name.substr(0, dot);
+  if (stem == "gone" || stem == "probe") return std::string();
+  size_t hdot = stem.rfind('.');
+  if (hdot == std::string_view::npos) return std::nullopt;
+  auto key = parse_key(stem.substr(0, hdot));
+  if (!key || !parse_entry_name(stem, to_string(key->arch))) return std::nullopt;
+  return std::string(stem);
+}
+
+// `<entry stem>.lock`.
+bool is_lock_name(std::string_view name) {
+  constexpr std::string_view kExt = ".lock";
+  if (name.size() <= kExt.size() || name.substr(name.size() - kExt.size()) != kExt) return false;
+  std::string_view stem = name.substr(0, name.size() - kExt.size());
+  size_t hdot = stem.rfind('.');
+  if (hdot == std::string_view::npos) return false;
+  auto key = parse_key(stem.substr(0, hdot));
+  return key && parse_entry_name(stem, to_string(key->arch));
 }
 
 // Opens an existing lock file and tries to take it without waiting. Returns the held
 // lock, or an unheld one when another process holds it. A missing file is free.
-KeyLock try_lock_existing(const std::string& path, bool* busy) {
+KeyLock try_lock_existing(int locks_fd, const std::string& name, bool* busy) {
   *busy = false;
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  int fd = ::openat(locks_fd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     *busy = true;
@@ -165,73 +325,140 @@ Result<T> meta_field(const nlohmann::json& meta, const char* name) {
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
-    return Error(ErrorCode::cache, fmt::format("meta.json field '{}' has the wrong type: {}", name, it->dump()));
+    return Error(ErrorCode::cache, fmt::format("meta.json field '{}' has the wrong type", name));
   }
 }
 
-// Everything an entry promises, checked: the files exist, the key and hash in
-// meta.json are the expected ones, the cubin matches its checksum, and the stored
-// source and inputs hash to the entry's hash. The error message is the reason.
-Result<std::shared_ptr<CacheEntry>> read_entry(const std::string& dir, const KernelKey& key,
-                                               std::string_view expected_hash) {
-  auto fail = [](std::string why) { return Error(ErrorCode::cache, std::move(why)); };
-  int err = 0;
-  auto meta_text = read_file(dir + "/" + kMetaFile, &err);
-  if (!meta_text)
-    return fail(err == ENOENT ? std::string("meta.json is missing") : "meta.json is unreadable: " + errno_text(err));
-  auto meta = nlohmann::json::parse(*meta_text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object()) return fail("meta.json is not a valid JSON object");
+struct EntryRead {
+  LoadStatus status = LoadStatus::corrupt;
+  std::string reason;
+  std::shared_ptr<CacheEntry> entry;
+};
 
-  KDAJIT_TRY_ASSIGN(auto schema, meta_field<int>(meta, "schema"));
-  KDAJIT_TRY_ASSIGN(auto library, meta_field<std::string>(meta, "library_version"));
-  KDAJIT_TRY_ASSIGN(auto hash, meta_field<std::string>(meta, "hash"));
-  KDAJIT_TRY_ASSIGN(auto options, meta_field<std::vector<std::string>>(meta, "options"));
-  KDAJIT_TRY_ASSIGN(auto nvrtc, meta_field<std::string>(meta, "nvrtc_version"));
-  KDAJIT_TRY_ASSIGN(auto cubin_sha, meta_field<std::string>(meta, "cubin_sha256"));
+// A file of the entry, read through its open directory: a problem is the reason.
+Result<std::string> read_entry_file(int entry_fd, const char* name, size_t max, uid_t euid, bool system,
+                                    LoadStatus* status) {
+  Problem p;
+  Fd fd = open_checked(entry_fd, name, false, euid, system, &p);
+  if (!fd) {
+    *status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
+    return Error(ErrorCode::cache, fmt::format("{} {}", name, p.why));
+  }
+  auto text = read_fd(fd.get(), max, name);
+  if (!text) *status = LoadStatus::corrupt;
+  return text;
+}
+
+// Everything an entry promises, checked: every path is a real directory or file
+// that can be trusted, the key and hash in meta.json are the expected ones, the
+// cubin matches its checksum, and the stored source and inputs hash to the entry's
+// hash. The reason says what failed.
+EntryRead read_entry(int entry_fd, const std::string& dir, const KernelKey& key, std::string_view expected_hash,
+                     uid_t euid, bool system) {
+  EntryRead out;
+  auto fail = [&](std::string why) {
+    out.reason = std::move(why);
+    return out;
+  };
+  LoadStatus st = LoadStatus::corrupt;
+  auto meta_text = read_entry_file(entry_fd, kMetaFile, kMaxMetaBytes, euid, system, &st);
+  if (!meta_text) {
+    out.status = st;
+    return fail(meta_text.error().message);
+  }
+  auto parsed = parse_json_bounded(*meta_text);
+  if (!parsed || !parsed->is_object()) return fail("meta.json is not a valid JSON object");
+  nlohmann::json meta = std::move(*parsed);
+
+  auto field_error = [&](const Error& e) { return fail(e.message); };
+  auto schema = meta_field<int>(meta, "schema");
+  if (!schema) return field_error(schema.error());
+  auto library = meta_field<std::string>(meta, "library_version");
+  if (!library) return field_error(library.error());
+  auto hash = meta_field<std::string>(meta, "hash");
+  if (!hash) return field_error(hash.error());
+  auto options = meta_field<std::vector<std::string>>(meta, "options");
+  if (!options) return field_error(options.error());
+  auto nvrtc = meta_field<std::string>(meta, "nvrtc_version");
+  if (!nvrtc) return field_error(nvrtc.error());
+  auto cubin_sha = meta_field<std::string>(meta, "cubin_sha256");
+  if (!cubin_sha) return field_error(cubin_sha.error());
   if (!meta.contains("key")) return fail("meta.json has no field 'key'");
   auto meta_key = key_from_json(meta["key"]);
-  if (!meta_key) return fail("meta.json key: " + meta_key.error().message);
-  if (*meta_key != key) return fail(fmt::format("meta.json names key {}, expected {}", key_name(*meta_key), key_name(key)));
-  if (hash.size() < expected_hash.size() || hash.compare(0, expected_hash.size(), expected_hash) != 0)
-    return fail(fmt::format("meta.json names hash {}, expected {}", hash.substr(0, kShortHashLen),
+  if (!meta_key) return fail("meta.json key: " + printable(meta_key.error().message));
+  if (*meta_key != key)
+    return fail(fmt::format("meta.json names key {}, expected {}", key_name(*meta_key), key_name(key)));
+  if (hash->size() < expected_hash.size() || hash->compare(0, expected_hash.size(), expected_hash) != 0)
+    return fail(fmt::format("meta.json names hash {}, expected {}", printable(hash->substr(0, kShortHashLen)),
                             expected_hash.substr(0, kShortHashLen)));
 
-  auto cubin = read_file(dir + "/" + kCubinFile, &err);
-  if (!cubin)
-    return fail(err == ENOENT ? std::string("kernel.cubin is missing") : "kernel.cubin is unreadable: " + errno_text(err));
-  if (sha256_hex(*cubin) != cubin_sha)
+  auto cubin = read_entry_file(entry_fd, kCubinFile, kMaxCubinBytes, euid, system, &st);
+  if (!cubin) {
+    out.status = st;
+    return fail(cubin.error().message);
+  }
+  if (sha256_hex(*cubin) != *cubin_sha)
     return fail(fmt::format("kernel.cubin ({} bytes) does not match its checksum (truncated or modified)", cubin->size()));
-  auto source = read_file(dir + "/" + kSourceFile, &err);
-  if (!source)
-    return fail(err == ENOENT ? std::string("kernel.cu is missing") : "kernel.cu is unreadable: " + errno_text(err));
-  if (build_hash(schema, library, *source, options, key.arch, nvrtc) != hash)
+  auto source = read_entry_file(entry_fd, kSourceFile, kMaxSourceBytes, euid, system, &st);
+  if (!source) {
+    out.status = st;
+    return fail(source.error().message);
+  }
+  if (build_hash(*schema, *library, *source, *options, key.arch, *nvrtc) != *hash)
     return fail("kernel.cu and the build inputs in meta.json do not hash to the entry's hash");
+  // last_used is written on every hit: it must be a file of the entry, never a link.
+  Problem p;
+  Fd stamp = open_checked(entry_fd, kLastUsedFile, false, euid, system, &p);
+  if (!stamp && p.kind != Problem::missing) {
+    out.status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
+    return fail(fmt::format("{} {}", kLastUsedFile, p.why));
+  }
 
   auto entry = std::make_shared<CacheEntry>();
   entry->key = key;
   entry->name = key_name(key);
-  entry->hash = std::move(hash);
+  entry->hash = std::move(*hash);
   entry->dir = dir;
   entry->source = std::move(*source);
   entry->cubin = std::move(*cubin);
   entry->meta = std::move(meta);
-  return entry;
+  out.status = LoadStatus::ok;
+  out.entry = std::move(entry);
+  return out;
 }
 
-uint64_t dir_bytes(const std::string& dir) {
+uint64_t dir_bytes(int dirfd) {
   uint64_t total = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code ec2;
-    if (it->is_regular_file(ec2)) {
-      auto n = it->file_size(ec2);
-      if (!ec2) total += n;
-    }
+  for (const auto& n : dir_names(dirfd)) {
+    struct stat st {};
+    if (::fstatat(dirfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_size);
   }
   return total;
 }
 
+bool is_stale_meta(const nlohmann::json& meta) {
+  auto schema = meta.find("schema");
+  auto library = meta.find("library_version");
+  return schema == meta.end() || !schema->is_number_integer() || schema->get<int64_t>() != kCacheSchemaVersion ||
+         library == meta.end() || !library->is_string() || library->get<std::string>() != cache_library_version();
+}
+
 }  // namespace
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
 
 std::string entry_stem(const KernelKey& key, std::string_view hash) {
   return fmt::format("{}.{}", key_name(key), hash.substr(0, kShortHashLen));
@@ -297,50 +524,177 @@ KeyLock& KeyLock::operator=(KeyLock&& o) noexcept {
 
 KeyLock::~KeyLock() { release(); }
 
-Status DiskStore::probe_writable() const {
-  KDAJIT_TRY(make_dir(tmp_dir()));
-  KDAJIT_TRY(make_dir(locks_dir()));
-  // mkdir() itself, not access(): access() says yes to root on a read-only mount.
-  KDAJIT_TRY_ASSIGN(auto probe, make_temp_dir(tmp_dir(), "probe"));
-  ::rmdir(probe.c_str());
+DiskStore::DiskStore(std::string root, const Options& options)
+    : root_(std::move(root)), lock_patience_(options.lock_patience), euid_(::geteuid()) {
+  open_root(options);
+}
+
+std::string DiskStore::path_of(std::string_view rel) const {
+  if (!root_.empty() && root_.back() == '/') return root_ + std::string(rel);
+  return root_ + "/" + std::string(rel);
+}
+
+namespace {
+
+// mkdir -p with mode 0700 for every directory it creates, whatever the umask.
+Status create_dirs_private(const std::string& path) {
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    std::string prefix = path.substr(0, pos);
+    if (prefix.empty() || prefix == "/") continue;
+    if (::mkdir(prefix.c_str(), kPrivateDirMode) == 0) {
+      int fd = ::open(prefix.c_str(), kDirFlags);
+      if (fd < 0) return io_error(fmt::format("opening {}", prefix), errno);
+      int rc = ::fchmod(fd, kPrivateDirMode);
+      int e = errno;
+      ::close(fd);
+      if (rc != 0) return io_error(fmt::format("setting the mode of {}", prefix), e);
+    } else if (errno != EEXIST) {
+      return io_error(fmt::format("creating {}", prefix), errno);
+    }
+  }
   return {};
 }
 
+}  // namespace
+
+void DiskStore::open_root(const Options& options) {
+  if (root_.empty()) {
+    state_ = LayerState::unusable;
+    reason_ = "the path is empty";
+    return;
+  }
+  // The root itself may be reached through links (it is configuration); nothing
+  // below it is.
+  int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {
+    if (!options.create || !options.writable) {
+      state_ = LayerState::missing;
+      reason_ = "does not exist";
+      return;
+    }
+    if (Status s = create_dirs_private(root_); !s) {
+      state_ = LayerState::unusable;
+      reason_ = "cannot be created: " + s.error().message;
+      return;
+    }
+    fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    state_ = LayerState::unusable;
+    reason_ = errno == ENOTDIR ? std::string("is not a directory") : "cannot be opened: " + errno_text(errno);
+    return;
+  }
+  root_fd_ = Fd(fd);
+  struct stat st {};
+  struct statvfs vfs {};
+  if (::fstat(fd, &st) != 0) {
+    state_ = LayerState::unusable;
+    reason_ = "cannot be examined: " + errno_text(errno);
+    return;
+  }
+  const bool read_only_fs = ::fstatvfs(fd, &vfs) == 0 && (vfs.f_flag & ST_RDONLY);
+  system_ = st.st_uid == 0 && read_only_fs;
+  if (!system_) {
+    if (std::string why = distrust(st, euid_); !why.empty()) {
+      state_ = LayerState::untrusted;
+      reason_ = "is " + why;
+      return;
+    }
+  }
+  if (read_only_fs) {
+    state_ = LayerState::read_only;
+    reason_ = "is on a read-only file system";
+    return;
+  }
+  state_ = check_writable(options.writable) ? LayerState::read_write : LayerState::read_only;
+}
+
+// probe: create tmp/ and locks/ and prove a directory can be made there (mkdir
+// itself, not access(): access() says yes to root on a read-only mount). Without
+// probe nothing is created: the answer is what a writer would find.
+bool DiskStore::check_writable(bool probe) {
+  const int fd = root_fd_.get();
+  if (probe) {
+    for (const char* sub : {"tmp", "locks"}) {
+      auto d = ensure_dir_at(fd, sub, kPrivateDirMode, euid_, /*allow_root_owner=*/false, path_of(sub));
+      if (!d) {
+        reason_ = "is not writable (" + d.error().message + ")";
+        return false;
+      }
+    }
+    Problem p;
+    Fd tmp = open_checked(fd, "tmp", true, euid_, false, &p);
+    auto name = tmp ? make_temp_dir_at(tmp.get(), "probe", path_of("tmp"))
+                    : Result<std::string>(Error(ErrorCode::io, path_of("tmp") + " " + p.why));
+    if (!name) {
+      reason_ = "is not writable (" + name.error().message + ")";
+      return false;
+    }
+    ::unlinkat(tmp.get(), name->c_str(), AT_REMOVEDIR);
+    return true;
+  }
+  if (::faccessat(fd, ".", W_OK | X_OK, AT_EACCESS) != 0) {
+    reason_ = "is not writable (" + errno_text(errno) + ")";
+    return false;
+  }
+  for (const char* sub : {"tmp", "locks"}) {
+    struct stat st {};
+    if (::fstatat(fd, sub, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // a writer creates it
+    if (!S_ISDIR(st.st_mode) || st.st_uid != euid_ || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+      reason_ = fmt::format("is not writable ({} is not a private directory of this user)", path_of(sub));
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string DiskStore::entry_dir(const KernelKey& key, std::string_view hash) const {
-  return fmt::format("{}/{}/{}", root_, to_string(key.arch), entry_stem(key, hash));
+  return path_of(fmt::format("{}/{}", to_string(key.arch), entry_stem(key, hash)));
 }
 
 LoadResult DiskStore::load(const KernelKey& key, std::string_view hash) const {
   LoadResult out;
-  std::string dir = entry_dir(key, hash);
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return out;  // absent (also: <arch> is a foreign file)
-    out.status = LoadStatus::corrupt;
-    out.reason = "cannot stat the entry: " + errno_text(errno);
+  if (!readable()) return out;
+  const std::string arch(to_string(key.arch));
+  Problem p;
+  // A missing, foreign or linked <arch> holds no entry (ls reports it as foreign).
+  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, system_, &p);
+  if (!arch_fd) {
+    if (p.kind == Problem::untrusted) {
+      out.status = LoadStatus::untrusted;
+      out.reason = fmt::format("{} {}", path_of(arch), p.why);
+    }
     return out;
   }
-  if (!S_ISDIR(st.st_mode)) {
-    out.status = LoadStatus::corrupt;
-    out.reason = "the entry path is not a directory";
+  const std::string name = entry_stem(key, hash);
+  Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, system_, &p);
+  if (!entry_fd) {
+    if (p.kind == Problem::missing) return out;
+    out.status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
+    out.reason = p.kind == Problem::corrupt && p.why == "is not a directory" ? "the entry path is not a directory"
+                                                                              : "the entry directory " + p.why;
     return out;
   }
-  auto entry = read_entry(dir, key, hash);
-  if (!entry) {
-    out.status = LoadStatus::corrupt;
-    out.reason = entry.error().message;
-    return out;
-  }
-  out.status = LoadStatus::ok;
-  out.entry = std::move(*entry);
+  auto read = read_entry(entry_fd.get(), entry_dir(key, hash), key, hash, euid_, system_);
+  out.status = read.status;
+  out.reason = std::move(read.reason);
+  out.entry = std::move(read.entry);
   return out;
 }
 
 Result<KeyLock> DiskStore::lock(const KernelKey& key, std::string_view hash) const {
-  KDAJIT_TRY(make_dir(locks_dir()));
-  std::string path = fmt::format("{}/{}.lock", locks_dir(), entry_stem(key, hash));
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  KDAJIT_TRY_ASSIGN(Fd locks, ensure_dir_at(root_fd_.get(), "locks", kPrivateDirMode, euid_, false, path_of("locks")));
+  const std::string name = entry_stem(key, hash) + ".lock";
+  const std::string path = path_of("locks/" + name);
+  int fd = ::openat(locks.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
   if (fd < 0) return io_error(fmt::format("opening lock {}", path), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != euid_) {
+    ::close(fd);
+    return Error(ErrorCode::io, fmt::format("lock {} is not a regular file of this user", path));
+  }
   // Polled rather than blocking: a waiter says what it waits for, and a holder that
   // never finishes (a hung compile) cannot stall start-up forever.
   const auto start = std::chrono::steady_clock::now();
@@ -370,93 +724,134 @@ Result<KeyLock> DiskStore::lock(const KernelKey& key, std::string_view hash) con
   return KeyLock(fd);
 }
 
-Result<std::string> DiskStore::stage(const KernelKey& key, std::string_view hash) const {
-  KDAJIT_TRY(make_dir(tmp_dir()));  // `kdajit clear` may have removed it meanwhile
-  return make_temp_dir(tmp_dir(), entry_stem(key, hash));
+Result<Staging> DiskStore::stage(const KernelKey& key, std::string_view hash) const {
+  Staging s;
+  KDAJIT_TRY_ASSIGN(s.tmp, ensure_dir_at(root_fd_.get(), "tmp", kPrivateDirMode, euid_, false, path_of("tmp")));
+  KDAJIT_TRY_ASSIGN(s.name, make_temp_dir_at(s.tmp.get(), entry_stem(key, hash), path_of("tmp")));
+  Problem p;
+  s.dir = open_checked(s.tmp.get(), s.name.c_str(), true, euid_, false, &p);
+  if (!s.dir) {
+    std::string why = path_of("tmp/" + s.name) + " " + p.why;
+    s.name.clear();
+    return Error(ErrorCode::io, why);
+  }
+  return s;
 }
 
-void DiskStore::discard(const std::string& staging) const {
-  std::error_code ec;
-  fs::remove_all(staging, ec);
+void DiskStore::discard(Staging& staging) const {
+  if (staging.empty()) return;
+  staging.dir.reset();
+  remove_tree_at(staging.tmp.get(), staging.name.c_str(), euid_);
+  staging.name.clear();
 }
 
-Result<std::string> DiskStore::publish(const std::string& staging, const CacheEntry& entry) const {
+Result<std::string> DiskStore::publish(Staging& staging, const CacheEntry& entry) const {
   auto fail = [&](Error e) -> Error {
     discard(staging);
     return e;
   };
+  const std::string staging_path = path_of("tmp/" + staging.name);
   const std::pair<const char*, std::string> files[] = {
       {kSourceFile, entry.source},
       {kCubinFile, entry.cubin},
-      {kMetaFile, entry.meta.dump(2) + "\n"},
+      {kMetaFile, entry.meta.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"},
       {kLastUsedFile, fmt::format("{:020}\n", now_ns())},
   };
   for (const auto& [name, bytes] : files) {
-    Status s = write_file_synced(staging + "/" + name, bytes);
+    Status s = write_file_at(staging.dir.get(), name, bytes, staging_path + "/" + name);
     if (!s) return fail(std::move(s).error());
   }
+  if (::fchmod(staging.dir.get(), kEntryDirMode) != 0) return fail(io_error("setting the mode of " + staging_path, errno));
   // The files' names must be durable before the rename makes the entry visible.
-  if (Status s = fsync_dir(staging); !s) return fail(std::move(s).error());
+  if (Status s = fsync_fd(staging.dir.get(), staging_path); !s) return fail(std::move(s).error());
 
-  std::string arch_dir = fmt::format("{}/{}", root_, to_string(entry.key.arch));
-  if (Status s = make_dir(arch_dir); !s) return fail(std::move(s).error());
-  std::string final_dir = entry_dir(entry.key, entry.hash);
+  const std::string arch(to_string(entry.key.arch));
+  auto arch_fd = ensure_dir_at(root_fd_.get(), arch.c_str(), kEntryDirMode, euid_, /*allow_root_owner=*/true, path_of(arch));
+  if (!arch_fd) return fail(std::move(arch_fd).error());
+  const std::string name = entry_stem(entry.key, entry.hash);
+  const std::string final_dir = entry_dir(entry.key, entry.hash);
   // One rename of the whole directory: readers see the complete entry or nothing.
-  if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
+  if (::renameat(staging.tmp.get(), staging.name.c_str(), arch_fd->get(), name.c_str()) != 0) {
     int e = errno;
     if (e != EEXIST && e != ENOTEMPTY && e != EISDIR && e != ENOTDIR)
-      return fail(io_error(fmt::format("renaming {} to {}", staging, final_dir), e));
+      return fail(place_error(fmt::format("renaming {} to {}", staging_path, final_dir), e));
     // Another writer got there first (only possible without a working lock): theirs
     // is as good as ours. A broken one in the way is taken away and replaced.
     if (load(entry.key, entry.hash).status == LoadStatus::ok) {
       discard(staging);
       return final_dir;
     }
-    if (Status s = take_away(final_dir); !s) return fail(std::move(s).error());
-    if (::rename(staging.c_str(), final_dir.c_str()) != 0)
-      return fail(io_error(fmt::format("renaming {} to {}", staging, final_dir), errno));
+    if (Status s = take_away(arch, name); !s) return fail(std::move(s).error());
+    if (::renameat(staging.tmp.get(), staging.name.c_str(), arch_fd->get(), name.c_str()) != 0)
+      return fail(place_error(fmt::format("renaming {} to {}", staging_path, final_dir), errno));
   }
-  if (Status s = fsync_dir(arch_dir); !s) log_debug("{}", s.error().message);
+  staging.name.clear();
+  staging.dir.reset();
+  if (Status s = fsync_fd(arch_fd->get(), path_of(arch)); !s) log_debug("{}", s.error().message);
   return final_dir;
 }
 
-void DiskStore::touch(const std::string& dir) const {
-  std::string path = dir + "/" + kLastUsedFile;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+void DiskStore::touch(const KernelKey& key, std::string_view hash) const {
+  if (state_ != LayerState::read_write) return;
+  Problem p;
+  const std::string arch(to_string(key.arch));
+  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, false, &p);
+  if (!arch_fd) return;
+  Fd entry_fd = open_checked(arch_fd.get(), entry_stem(key, hash).c_str(), true, euid_, false, &p);
+  if (!entry_fd) return;
+  // Never through a link, never a file someone else owns; recreated when missing.
+  int fd = ::openat(entry_fd.get(), kLastUsedFile, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ENOENT)
+    fd = ::openat(entry_fd.get(), kLastUsedFile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, kEntryFileMode);
   if (fd < 0) return;
+  Fd owned(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != euid_) return;
   // Fixed width at offset 0: one small write replaces the whole stamp in place.
   std::string stamp = fmt::format("{:020}\n", now_ns());
   if (::pwrite(fd, stamp.data(), stamp.size(), 0) != static_cast<ssize_t>(stamp.size()))
-    log_debug("cannot stamp {}: {}", path, errno_text(errno));
-  ::close(fd);
+    log_debug("cannot stamp {}/{}: {}", entry_dir(key, hash), kLastUsedFile, errno_text(errno));
 }
 
 std::vector<CacheEntryInfo> DiskStore::list(bool with_meta) const {
   std::vector<CacheEntryInfo> out;
-  std::error_code ec;
-  for (fs::directory_iterator top(root_, ec), end; !ec && top != end; top.increment(ec)) {
-    std::string arch = top->path().filename().string();
-    std::error_code ec2;
-    if (!parse_arch(arch) || !top->is_directory(ec2)) continue;
-    for (fs::directory_iterator it(top->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
-      std::error_code ec3;
-      std::string name = it->path().filename().string();
+  if (!readable()) return out;
+  for (const auto& arch : dir_names(root_fd_.get())) {
+    if (!parse_arch(arch)) continue;
+    Problem p;
+    Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, /*system=*/true, &p);
+    if (!arch_fd) continue;  // foreign
+    struct stat arch_st {};
+    ::fstat(arch_fd.get(), &arch_st);
+    const std::string arch_distrust = system_ ? std::string() : distrust(arch_st, euid_);
+    for (const auto& name : dir_names(arch_fd.get())) {
       auto key = parse_entry_name(name, arch);
-      if (!key || !it->is_directory(ec3)) continue;
+      if (!key) continue;
+      struct stat st {};
+      if (::fstatat(arch_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+      Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/true, &p);
       CacheEntryInfo info;
-      info.dir = it->path().string();
+      info.dir = path_of(arch + "/" + name);
       info.dir_name = name;
       info.key = key;
-      info.bytes = dir_bytes(info.dir);
-      info.last_used_ns = read_stamp(info.dir);
-      if (info.last_used_ns == 0) {
-        struct stat st {};
-        if (::stat(info.dir.c_str(), &st) == 0) info.last_used_ns = timespec_ns(st.st_mtim);
+      if (!arch_distrust.empty()) info.untrusted = fmt::format("{} is {}", path_of(arch), arch_distrust);
+      else if (!system_) {
+        if (std::string why = distrust(st, euid_); !why.empty()) info.untrusted = "the entry directory is " + why;
       }
-      auto text = with_meta ? read_file(info.dir + "/" + kMetaFile) : Result<std::string>(Error());
-      if (text) {
-        auto meta = nlohmann::json::parse(*text, nullptr, false);
-        if (!meta.is_discarded() && meta.is_object()) info.meta = std::move(meta);
+      if (entry_fd) {  // unreadable (mode 000): verify says why
+        info.bytes = dir_bytes(entry_fd.get());
+        if (info.untrusted.empty()) info.last_used_ns = read_stamp(entry_fd.get(), euid_, system_);
+      }
+      if (info.last_used_ns == 0) info.last_used_ns = timespec_ns(st.st_mtim);
+      if (with_meta && entry_fd && info.untrusted.empty()) {
+        Problem mp;
+        Fd meta_fd = open_checked(entry_fd.get(), kMetaFile, false, euid_, system_, &mp);
+        auto text = meta_fd ? read_fd(meta_fd.get(), kMaxMetaBytes, kMetaFile) : Result<std::string>(Error());
+        auto meta = text ? parse_json_bounded(*text) : Result<nlohmann::json>(Error());
+        if (meta && meta->is_object()) {
+          info.stale = is_stale_meta(*meta);
+          info.meta = std::move(*meta);
+        }
       }
       out.push_back(std::move(info));
     }
@@ -467,20 +862,22 @@ std::vector<CacheEntryInfo> DiskStore::list(bool with_meta) const {
 
 std::vector<std::string> DiskStore::foreign() const {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator top(root_, ec), end; !ec && top != end; top.increment(ec)) {
-    std::string name = top->path().filename().string();
-    std::error_code ec2;
-    bool dir = top->is_directory(ec2);
+  if (!readable()) return out;
+  for (const auto& name : dir_names(root_fd_.get())) {
+    struct stat st {};
+    bool dir = ::fstatat(root_fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
     if ((name == "tmp" || name == "locks") && dir) continue;
     if (!parse_arch(name) || !dir) {
-      out.push_back(top->path().string());
+      out.push_back(path_of(name));
       continue;
     }
-    for (fs::directory_iterator it(top->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
-      std::error_code ec3;
-      if (!parse_entry_name(it->path().filename().string(), name) || !it->is_directory(ec3))
-        out.push_back(it->path().string());
+    Problem p;
+    Fd arch_fd = open_checked(root_fd_.get(), name.c_str(), true, euid_, true, &p);
+    if (!arch_fd) continue;
+    for (const auto& child : dir_names(arch_fd.get())) {
+      struct stat cs {};
+      bool child_dir = ::fstatat(arch_fd.get(), child.c_str(), &cs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(cs.st_mode);
+      if (!parse_entry_name(child, name) || !child_dir) out.push_back(path_of(name + "/" + child));
     }
   }
   std::sort(out.begin(), out.end());
@@ -493,38 +890,55 @@ CacheVerifyResult DiskStore::verify(const CacheEntryInfo& info) const {
     out.reason = "not an entry directory name";
     return out;
   }
+  if (!info.untrusted.empty()) {
+    out.untrusted = true;
+    out.reason = "not trusted: " + info.untrusted;
+    return out;
+  }
   std::string_view short_hash = std::string_view(info.dir_name).substr(info.dir_name.size() - kShortHashLen);
-  auto entry = read_entry(info.dir, *info.key, short_hash);
-  if (!entry) {
-    out.reason = entry.error().message;
+  auto loaded = load(*info.key, short_hash);
+  if (loaded.status != LoadStatus::ok) {
+    out.untrusted = loaded.status == LoadStatus::untrusted;
+    out.reason = loaded.status == LoadStatus::absent ? std::string("the entry is gone")
+                 : out.untrusted                      ? "not trusted: " + loaded.reason
+                                                      : loaded.reason;
     return out;
   }
   out.ok = true;
-  const auto& meta = (*entry)->meta;
-  out.stale = meta.value("schema", 0) != kCacheSchemaVersion ||
-              meta.value("library_version", std::string()) != cache_library_version();
+  out.stale = is_stale_meta(loaded.entry->meta);
   return out;
 }
 
-Status DiskStore::take_away(const std::string& dir) const {
+Status DiskStore::take_away(std::string_view arch_sv, std::string_view name_sv) const {
+  const std::string arch(arch_sv), name(name_sv);
+  const std::string path = path_of(arch + "/" + name);
+  Problem p;
+  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, true, &p);
+  if (!arch_fd) return p.kind == Problem::missing ? Status{} : Status(Error(ErrorCode::cache, path_of(arch) + " " + p.why));
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return errno == ENOENT ? Status{} : Status(io_error(dir, errno));
+  if (::fstatat(arch_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno == ENOENT ? Status{} : Status(place_error(path, errno));
+  if (st.st_uid != euid_)
+    return Error(ErrorCode::cache, fmt::format("{} is owned by uid {}; not removing it", path, st.st_uid));
   if (!S_ISDIR(st.st_mode)) {
-    if (::unlink(dir.c_str()) != 0 && errno != ENOENT) return io_error(fmt::format("removing {}", dir), errno);
+    // A link or file under an entry's name: only the name itself goes.
+    if (::unlinkat(arch_fd.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+      return place_error(fmt::format("removing {}", path), errno);
     return {};
   }
-  std::error_code ec;
+  auto tmp = ensure_dir_at(root_fd_.get(), "tmp", kPrivateDirMode, euid_, false, path_of("tmp"));
+  if (!tmp) return std::move(tmp).error();
+  auto grave = make_temp_dir_at(tmp->get(), "gone", path_of("tmp"));
+  if (!grave) return std::move(grave).error();
   // rename() onto the fresh empty dir replaces it atomically.
-  auto grave = make_temp_dir(tmp_dir(), "gone");
-  if (grave && ::rename(dir.c_str(), grave->c_str()) == 0) {
-    fs::remove_all(*grave, ec);
-    return {};
+  if (::renameat(arch_fd.get(), name.c_str(), tmp->get(), grave->c_str()) != 0) {
+    int e = errno;
+    ::unlinkat(tmp->get(), grave->c_str(), AT_REMOVEDIR);
+    if (e == ENOENT) return {};  // someone else removed it first
+    return place_error(fmt::format("removing {}", path), e);
   }
-  int e = errno;
-  if (grave) ::rmdir(grave->c_str());
-  if (grave && e == ENOENT) return {};  // someone else removed it first
-  fs::remove_all(dir, ec);
-  if (ec) return Error(ErrorCode::io, fmt::format("removing {}: {}", dir, ec.message()));
+  if (!remove_tree_at(tmp->get(), grave->c_str(), euid_))
+    log_debug("removed {} from the cache; {} keeps what this user does not own", path, path_of("tmp/" + *grave));
   return {};
 }
 
@@ -538,8 +952,8 @@ CachePruneResult DiskStore::evict(uint64_t max_bytes, const std::string& keep) c
             [](const auto& a, const auto& b) { return a.last_used_ns < b.last_used_ns; });
   for (const auto& e : entries) {
     if (out.bytes_after <= max_bytes) break;
-    if (e.dir == keep) continue;
-    if (Status s = take_away(e.dir); !s) {
+    if (e.dir == keep || !e.key) continue;
+    if (Status s = take_away(to_string(e.key->arch), e.dir_name); !s) {
       log_debug("cannot evict {}: {}", e.dir, s.error().message);
       continue;
     }
@@ -551,45 +965,66 @@ CachePruneResult DiskStore::evict(uint64_t max_bytes, const std::string& keep) c
 }
 
 size_t DiskStore::sweep_tmp(std::chrono::seconds max_age) const {
+  if (state_ != LayerState::read_write) return 0;
+  Problem p;
+  Fd tmp = open_checked(root_fd_.get(), "tmp", true, euid_, false, &p);
+  if (!tmp) return 0;
+  struct stat tst {};
+  if (::fstat(tmp.get(), &tst) != 0 || tst.st_uid != euid_) return 0;
+  Fd locks = open_checked(root_fd_.get(), "locks", true, euid_, false, &p);
   size_t removed = 0;
-  int64_t now = now_ns();
-  int64_t max_age_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(max_age).count();
-  std::error_code ec;
-  for (fs::directory_iterator it(tmp_dir(), ec), end; !ec && it != end; it.increment(ec)) {
-    std::string path = it->path().string();
+  const int64_t now = now_ns();
+  const int64_t max_age_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(max_age).count();
+  for (const auto& name : dir_names(tmp.get())) {
+    // Only kdajit's own names, only real directories this user owns.
+    auto stem = parse_tmp_name(name);
+    if (!stem) continue;
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || now - timespec_ns(st.st_mtim) < max_age_ns) continue;
+    if (::fstatat(tmp.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != euid_ || now - timespec_ns(st.st_mtim) < max_age_ns)
+      continue;
     // A staging dir whose key lock is held belongs to a live writer.
     bool busy = false;
-    KeyLock held = try_lock_existing(
-        fmt::format("{}/{}.lock", locks_dir(), staging_stem(it->path().filename().string())), &busy);
+    KeyLock held;
+    if (!stem->empty() && locks) held = try_lock_existing(locks.get(), *stem + ".lock", &busy);
     if (busy) continue;
-    std::error_code ec2;
-    fs::remove_all(path, ec2);
-    if (!ec2) ++removed;
+    if (remove_tree_at(tmp.get(), name.c_str(), euid_)) ++removed;
   }
   return removed;
 }
 
-Result<CachePruneResult> DiskStore::clear() const {
+CachePruneResult DiskStore::clear() const {
   CachePruneResult out;
-  auto entries = list();
-  for (const auto& e : entries) {
+  if (state_ != LayerState::read_write) return out;
+  for (const auto& e : list(/*with_meta=*/false)) {
     out.bytes_before += e.bytes;
-    KDAJIT_TRY(take_away(e.dir));
-    ++out.removed;
+    Status s = take_away(to_string(e.key->arch), e.dir_name);
+    if (s) {
+      ++out.removed;
+    } else {
+      out.bytes_after += e.bytes;
+      log_warning("clear: {}", s.error().message);
+    }
   }
   sweep_tmp(std::chrono::seconds(0));
-  std::error_code ec;
-  for (fs::directory_iterator it(locks_dir(), ec), end; !ec && it != end; it.increment(ec)) {
-    std::string path = it->path().string();
-    if (it->path().extension() != ".lock") continue;
-    bool busy = false;
-    KeyLock held = try_lock_existing(path, &busy);
-    if (!busy) ::unlink(path.c_str());
+  Problem p;
+  if (Fd locks = open_checked(root_fd_.get(), "locks", true, euid_, false, &p)) {
+    for (const auto& name : dir_names(locks.get())) {
+      struct stat st {};
+      if (!is_lock_name(name) || ::fstatat(locks.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode) || st.st_uid != euid_)
+        continue;
+      bool busy = false;
+      KeyLock held = try_lock_existing(locks.get(), name, &busy);
+      if (!busy) ::unlinkat(locks.get(), name.c_str(), 0);
+    }
   }
-  for (fs::directory_iterator top(root_, ec), end; !ec && top != end; top.increment(ec))
-    if (parse_arch(top->path().filename().string())) ::rmdir(top->path().c_str());  // only if empty
+  for (const auto& name : dir_names(root_fd_.get())) {
+    struct stat st {};
+    if (parse_arch(name) && ::fstatat(root_fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode) && st.st_uid == euid_)
+      ::unlinkat(root_fd_.get(), name.c_str(), AT_REMOVEDIR);  // only if empty
+  }
   return out;
 }
 

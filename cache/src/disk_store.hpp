@@ -1,7 +1,11 @@
-// The file-system half of the cache: entry directories, atomic publishing,
-// verified loads, per-key locks, sweeping and eviction. Stateless apart from
-// the root, so every method may be called from any thread.
+// The file-system half of the cache for one layer: entry directories, atomic
+// publishing, verified and trust-checked loads, per-key locks, sweeping and
+// eviction. Every path below the layer's root is opened relative to the root's
+// descriptor without following links. Stateless apart from the root, so every
+// method may be called from any thread.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <memory>
@@ -18,16 +22,39 @@ inline constexpr const char* kSourceFile = "kernel.cu";
 inline constexpr const char* kCubinFile = "kernel.cubin";
 inline constexpr const char* kMetaFile = "meta.json";
 inline constexpr const char* kLastUsedFile = "last_used";
+// Bounds on what an entry's files may hold: a hostile entry cannot make a reader
+// allocate without limit.
+inline constexpr size_t kMaxCubinBytes = size_t{64} << 20;
+inline constexpr size_t kMaxSourceBytes = size_t{16} << 20;
+inline constexpr size_t kMaxMetaBytes = size_t{1} << 20;
 
 // `<key name>.<hash[0:16]>`: the entry directory, lock and staging names.
 std::string entry_stem(const KernelKey& key, std::string_view hash);
 
 int64_t now_ns();
 
-enum class LoadStatus { ok, absent, corrupt };
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+enum class LoadStatus { ok, absent, corrupt, untrusted };
 struct LoadResult {
   LoadStatus status = LoadStatus::absent;
-  std::string reason;                  // why corrupt
+  std::string reason;                  // why corrupt or untrusted
   std::shared_ptr<CacheEntry> entry;   // when ok
 };
 
@@ -48,49 +75,75 @@ class KeyLock {
   int fd_ = -1;
 };
 
+// A staging directory tmp/<stem>.<random>; a crash leaves only this behind.
+struct Staging {
+  Fd tmp;            // <root>/tmp
+  Fd dir;            // the staging directory
+  std::string name;  // its name in tmp/
+  bool empty() const { return name.empty(); }
+};
+
 class DiskStore {
  public:
-  explicit DiskStore(std::string root, std::chrono::seconds lock_patience = std::chrono::minutes(10))
-      : root_(std::move(root)), lock_patience_(lock_patience) {}
-  const std::string& root() const { return root_; }
+  struct Options {
+    bool create = true;    // create the root (and parents, 0700) when missing
+    bool writable = true;  // false: never create or change anything
+    std::chrono::seconds lock_patience = std::chrono::minutes(10);
+  };
+  // Opens the root and decides its state (read_write needs a working tmp/ and locks/).
+  DiskStore(std::string root, const Options& options);
 
-  // Creates tmp/ and locks/ and proves a directory can be made there.
-  Status probe_writable() const;
+  const std::string& root() const { return root_; }
+  LayerState state() const { return state_; }
+  const std::string& reason() const { return reason_; }
+  bool system() const { return system_; }
+  bool readable() const { return state_ == LayerState::read_write || state_ == LayerState::read_only; }
 
   std::string entry_dir(const KernelKey& key, std::string_view hash) const;
 
-  // A verified read of the entry for (key, hash).
+  // A verified, trust-checked read of the entry for (key, hash).
   LoadResult load(const KernelKey& key, std::string_view hash) const;
 
   // Waits until this process holds the key's lock; gives up after lock_patience
   // (the caller then builds without it: the rename keeps publishing safe).
   Result<KeyLock> lock(const KernelKey& key, std::string_view hash) const;
 
-  // A fresh staging dir tmp/<stem>.<random>; a crash leaves only this behind.
-  Result<std::string> stage(const KernelKey& key, std::string_view hash) const;
+  // A fresh staging dir. Errors are Error{io}.
+  Result<Staging> stage(const KernelKey& key, std::string_view hash) const;
   // Writes and flushes the entry's files into `staging`, then renames it into place.
-  // Returns the entry dir. On failure `staging` is removed.
-  Result<std::string> publish(const std::string& staging, const CacheEntry& entry) const;
-  void discard(const std::string& staging) const;
+  // Returns the entry dir. On failure `staging` is removed and the error is
+  // Error{io} for a failure of the file system (full, quota, read-only) and
+  // Error{cache} for one scoped to this entry (an old entry or arch directory in
+  // the way that is not ours).
+  Result<std::string> publish(Staging& staging, const CacheEntry& entry) const;
+  void discard(Staging& staging) const;
 
-  // Stamps last_used (best effort: a read-only entry keeps its old stamp).
-  void touch(const std::string& dir) const;
+  // Stamps last_used of an entry this user owns (best effort).
+  void touch(const KernelKey& key, std::string_view hash) const;
 
   std::vector<CacheEntryInfo> list(bool with_meta = true) const;  // eviction needs no meta
   std::vector<std::string> foreign() const;
   CacheVerifyResult verify(const CacheEntryInfo& info) const;
-  // Makes the directory vanish with one rename, then deletes it.
-  Status take_away(const std::string& dir) const;
-  // LRU eviction; never removes `keep`.
+  // Makes the entry <arch>/<name> vanish with one rename, then deletes it. Refuses
+  // (Error{cache}) what this user does not own.
+  Status take_away(std::string_view arch, std::string_view name) const;
+  // LRU eviction; never removes `keep` (an entry dir).
   CachePruneResult evict(uint64_t max_bytes, const std::string& keep) const;
   size_t sweep_tmp(std::chrono::seconds max_age) const;
-  Result<CachePruneResult> clear() const;
+  CachePruneResult clear() const;
 
  private:
-  std::string tmp_dir() const { return root_ + "/tmp"; }
-  std::string locks_dir() const { return root_ + "/locks"; }
+  std::string path_of(std::string_view rel) const;
+  void open_root(const Options& options);
+  bool check_writable(bool probe);
+
   std::string root_;
   std::chrono::seconds lock_patience_;
+  Fd root_fd_;
+  uid_t euid_ = 0;
+  bool system_ = false;
+  LayerState state_ = LayerState::missing;
+  std::string reason_;
 };
 
 }  // namespace kdajit::cache_detail

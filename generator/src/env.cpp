@@ -4,9 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "kdajit/log.hpp"
+#include "kdajit/printable.hpp"
 
 namespace kdajit {
 
@@ -25,24 +24,27 @@ Result<Environment> read_environment() {
   env.cache_dir = get("KDAJIT_CACHE_DIR");
   env.xdg_cache_home = get("XDG_CACHE_HOME");
   env.home = get("HOME");
+  if (env.cache_dir) KDAJIT_TRY(split_cache_layers(*env.cache_dir, "KDAJIT_CACHE_DIR"));
   if (auto v = get("KDAJIT_CACHE_MAX_BYTES")) {
     uint64_t n = 0;
     auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
     if (ec != std::errc() || p != v->data() + v->size())
-      return invalid_argument(fmt::format("KDAJIT_CACHE_MAX_BYTES: expected a byte count (integer >= 0), got '{}'", *v));
+      return invalid_argument(fmt::format(
+          "KDAJIT_CACHE_MAX_BYTES: expected a byte count (an integer in 0..18446744073709551615), got '{}'",
+          printable(*v)));
     env.cache_max_bytes = n;
   }
   if (auto v = get("KDAJIT_DISABLE_JIT")) {
     if (*v == "1") env.disable_jit = true;
     else if (*v != "0")
-      return invalid_argument(fmt::format("KDAJIT_DISABLE_JIT: expected 0 or 1, got '{}'", *v));
-  }
-  if (auto v = get("KDAJIT_ARCH")) {
-    auto arch = parse_arch(*v);
-    if (!arch) return invalid_argument(fmt::format("KDAJIT_ARCH: expected one of {}, got '{}'", choices<Arch>(), *v));
-    env.arch = *arch;
+      return invalid_argument(fmt::format("KDAJIT_DISABLE_JIT: expected 0 or 1, got '{}'", printable(*v)));
   }
   KDAJIT_TRY_ASSIGN(env.log_level, read_log_level());
+  if (auto v = get("KDAJIT_ARCH")) {
+    auto a = parse_arch(*v);
+    if (!a) return invalid_argument(fmt::format("KDAJIT_ARCH: expected one of {}, got '{}'", choices<Arch>(), printable(*v)));
+    env.arch = *a;
+  }
   return env;
 }
 
@@ -51,6 +53,30 @@ std::string default_cache_root(const Environment& env) {
   if (env.xdg_cache_home) return *env.xdg_cache_home + "/kdajit";
   if (env.home) return *env.home + "/.cache/kdajit";
   return {};
+}
+
+std::string_view default_cache_root_source(const Environment& env) {
+  if (env.cache_dir) return "KDAJIT_CACHE_DIR";
+  if (env.xdg_cache_home) return "XDG_CACHE_HOME";
+  if (env.home) return "HOME";
+  return {};
+}
+
+Result<std::vector<std::string>> split_cache_layers(std::string_view value, std::string_view setting) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t colon = value.find(':', start);
+    std::string_view part = value.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start);
+    if (part.empty())
+      return invalid_argument(fmt::format("{}: expected a directory or a ':'-separated list of directories, got '{}' "
+                                          "(an empty element)",
+                                          setting, printable(value)));
+    out.emplace_back(part);
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  return out;
 }
 
 }  // namespace kdajit

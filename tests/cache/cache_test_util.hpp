@@ -3,7 +3,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,6 +193,37 @@ inline pid_t hold_lock_in_child(const std::string& lock_path) {
   ::close(ready[0]);
   ::close(ready[1]);
   return pid;
+}
+
+// Sets the modification time of `path` (never through a link) `seconds` into the past.
+inline void age_path(const std::string& path, int seconds) {
+  struct timespec ts[2];
+  ::clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= seconds;
+  ts[1] = ts[0];
+  ::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW);
+}
+
+// The permission bits of `path` itself (a link is not followed), or -1.
+inline int mode_of(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int>(st.st_mode & 07777);
+}
+
+inline uid_t owner_of(const std::string& path) {
+  struct stat st {};
+  ::lstat(path.c_str(), &st);
+  return st.st_uid;
+}
+
+// Runs fn in a forked child as `uid` (group `uid`, no supplementary groups); the
+// child exits with fn's return value, or 97 when it could not switch users.
+inline pid_t spawn_as(uid_t uid, const std::function<int()>& fn) {
+  return spawn_child([uid, fn] {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) return 97;
+    return fn();
+  });
 }
 
 inline KernelKey key_h(int heads, int t = 2, Arch arch = Arch::sm_90) {

@@ -11,10 +11,24 @@
 //   auto entry = cache.get_or_build(key, hash, build_fn_for(*inputs), !capturing);
 //   entry->cubin ...
 //
-// On-disk layout under the root:
+// Layers: the root setting may be a ':'-separated list of directories. Lookups
+// try them in order; the first writable, trusted layer takes new entries; the
+// others are read-only. Every layer is verified and trust-checked the same way.
+//
+// On-disk layout under each layer:
 //   <arch>/<key name>.<hash[0:16]>/{kernel.cu, kernel.cubin, meta.json, last_used}
 //   tmp/<key name>.<hash[0:16]>.<random>/   an entry being written (swept by age)
+//   tmp/gone.<random>/                      an entry being removed
 //   locks/<key name>.<hash[0:16]>.lock      per-key flock() files
+//
+// Trust (docs/CACHE.md): a layer is used only if its root directory is owned by
+// this user or root and not writable by group or others; an entry only if its
+// directories and files are, too, and none of them is a symbolic link. A
+// root-owned layer on a read-only file system is trusted as a whole. Anything
+// else is ignored with one warning: the kernel is rebuilt and kept in memory or
+// written to the write layer. Paths under a layer are opened with O_NOFOLLOW
+// relative to the layer's directory descriptor; nothing that kdajit's naming and
+// ownership do not prove to be its own is ever deleted.
 #pragma once
 
 #include <chrono>
@@ -80,10 +94,17 @@ struct CacheEntry {
 };
 
 struct CacheOptions {
-  std::string root;                    // empty: KDAJIT_CACHE_DIR / XDG / HOME (env.hpp)
+  // A directory or a ':'-separated list of layers; empty: KDAJIT_CACHE_DIR / XDG /
+  // HOME (env.hpp). Missing layers (and their parents) are created 0700.
+  std::string root;
   std::optional<uint64_t> max_bytes;   // unset: KDAJIT_CACHE_MAX_BYTES; none there: no cap
   std::optional<bool> disable_jit;     // unset: KDAJIT_DISABLE_JIT
-  bool create_root = true;             // false: a missing root is an empty cache (ls, verify)
+  bool create_root = true;             // false: a missing layer stays missing (verify, prune, clear)
+  // false: nothing is created, written, stamped, swept or deleted (ls, explain, env,
+  // prewarm --dry-run/--check); mode() still says what a writer would get.
+  bool writable = true;
+  // One `compiled <name> in <ms> ms (...)` line per build (prewarm prints its own).
+  bool log_compiles = true;
   // Staging dirs under tmp/ older than this are leftovers of crashed writers and are
   // removed when the cache opens (a dir whose key lock is held is always kept).
   std::chrono::seconds tmp_max_age = std::chrono::hours(1);
@@ -106,6 +127,33 @@ enum class CacheSource { memory, disk, built };
 struct CacheLookup {
   std::shared_ptr<const CacheEntry> entry;
   CacheSource source = CacheSource::memory;
+  // Built but not on disk (entry->dir empty): why, e.g. "the cache is memory only".
+  std::string not_stored;
+};
+
+// One layer of the root setting, as opened.
+enum class LayerState {
+  read_write,  // the write layer: new entries go here (at most one)
+  read_only,   // entries are read and verified; nothing is written
+  missing,     // does not exist (and was not created)
+  unusable,    // not a directory, unreadable, or could not be created
+  untrusted,   // owned by another user or writable by others: never read
+};
+std::string_view to_string(LayerState s);
+
+struct CacheLayer {
+  std::string path;
+  LayerState state = LayerState::missing;
+  std::string reason;   // why not read_write (empty for the write layer)
+  bool system = false;  // owned by root on a read-only file system: trusted as a whole
+};
+
+// A read-only look for one entry (prewarm --dry-run / --check).
+struct CacheProbe {
+  enum class State { present, missing, unusable } state = State::missing;
+  size_t layer = 0;    // where it was found (present)
+  std::string dir;     // the entry directory (present), or where it would be written
+  std::string reason;  // why an existing entry is unusable (corrupt, untrusted)
 };
 
 // One entry directory as found on disk (ls, verify, prune).
@@ -113,15 +161,19 @@ struct CacheEntryInfo {
   std::string dir;
   std::string dir_name;                 // <key name>.<hash[0:16]>
   std::optional<KernelKey> key;         // parsed from the directory name
+  size_t layer = 0;                     // index into KernelCache::layers()
   uint64_t bytes = 0;                   // sum of the entry's file sizes
   int64_t last_used_ns = 0;             // unix ns; created time (or mtime) when never stamped
-  std::optional<nlohmann::json> meta;   // absent when meta.json is missing or unparsable
+  std::optional<nlohmann::json> meta;   // absent when meta.json is missing, unparsable or untrusted
+  bool stale = false;                   // meta names another schema or library version
+  std::string untrusted;                // non-empty: why the entry is not trusted (never read)
 };
 
 struct CacheVerifyResult {
   bool ok = false;
-  bool stale = false;   // valid, but built by another schema or library version: never hit
-  std::string reason;   // why not ok
+  bool stale = false;      // valid, but built by another schema or library version: never hit
+  bool untrusted = false;  // not ok because of its owner, mode or a link (never removed)
+  std::string reason;      // why not ok
 };
 
 struct CachePruneResult {
@@ -155,8 +207,10 @@ class KernelCache {
   //     is compiling this key: Error{capture} "... pre-warm this key".
   //   KDAJIT_DISABLE_JIT=1: Error{jit_disabled} naming the key.
   //   The build's own error (e.g. compile_failed), unchanged.
-  // A failure to write the entry (full disk, ...) is not an error: the entry is served
-  // from memory, one warning is logged, and the cache stops publishing (read_only).
+  // A failure to write the entry is not an error: the entry is served from memory with
+  // one warning. A failure of the file system (full disk, quota, read-only mount)
+  // stops publishing for the process (read_only); a failure scoped to the entry (an
+  // old entry that cannot be replaced) leaves other keys unaffected.
   Result<std::shared_ptr<const CacheEntry>> get_or_build(const KernelKey& key, std::string_view entry_hash,
                                                          const BuildFn& build, bool allow_build = true);
   // get_or_build() that also says where the entry came from (prewarm's summary).
@@ -166,26 +220,34 @@ class KernelCache {
   // The entry this process already holds for `key` (any hash), or null. No I/O.
   std::shared_ptr<const CacheEntry> find_loaded(const KernelKey& key) const;
 
+  // The write layer, else the first layer (empty when there is none).
   const std::string& root() const;
+  const std::vector<CacheLayer>& layers() const;
   CacheMode mode() const;
   bool disable_jit() const;
   std::optional<uint64_t> max_bytes() const;
   // <root>/<arch>/<name>.<hash[0:16]> (where the entry would live).
   std::string entry_dir(const KernelKey& key, std::string_view entry_hash) const;
+  // Whether a verified, trusted entry for (key, hash) exists in some layer. Reads only.
+  CacheProbe probe(const KernelKey& key, std::string_view entry_hash) const;
 
   // Maintenance (the CLI). All are safe while other processes use the cache: entries
-  // disappear with one rename, so a reader sees a whole entry or none.
-  std::vector<CacheEntryInfo> list_entries() const;
-  // Directories and files in <root>/<arch>/ that are not entries (reported, never touched).
+  // disappear with one rename, so a reader sees a whole entry or none. Removal only
+  // ever happens in the write layer.
+  std::vector<CacheEntryInfo> list_entries() const;  // every layer
+  // Paths in a layer that are not kdajit's (other names, links, other file types):
+  // reported, never touched.
   std::vector<std::string> foreign_paths() const;
   // Re-reads every file and re-hashes the build inputs stored in the entry.
   CacheVerifyResult verify_entry(const CacheEntryInfo& info) const;
   Status remove_entry(const CacheEntryInfo& info);
   // Removes least recently used entries until the total is at most max_bytes.
   CachePruneResult prune(uint64_t max_bytes);
-  // Removes every entry, staging dir and lock file; foreign files are left alone.
+  // Removes every entry, staging dir and lock file of the write layer; foreign files
+  // are left alone.
   Result<CachePruneResult> clear();
-  // Removes staging dirs older than max_age whose key lock is free; returns how many.
+  // Removes kdajit's own staging dirs older than max_age whose key lock is free;
+  // returns how many.
   size_t sweep_tmp(std::chrono::seconds max_age);
 
  private:

@@ -1,5 +1,7 @@
 #include "kdajit/log.hpp"
 
+#include "kdajit/printable.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -22,7 +24,7 @@ Result<LogLevel> read_log_level() {
   if (s == "quiet") return LogLevel::quiet;
   if (s == "info") return LogLevel::info;
   if (s == "debug") return LogLevel::debug;
-  return invalid_argument(fmt::format("KDAJIT_LOG: expected quiet|info|debug, got '{}'", s));
+  return invalid_argument(fmt::format("KDAJIT_LOG: expected quiet|info|debug, got '{}'", printable(s)));
 }
 
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
@@ -40,9 +42,11 @@ LogLevel log_level() {
 }
 
 void log_line(LogLevel, std::string_view line) {
+  // One line, always: whatever a message echoes (a file name from a shared root, a
+  // key from a manifest) cannot forge a second `kdajit:` line or move the cursor.
   // One write() per line so lines of concurrent processes/threads never interleave.
   std::string s = "kdajit: ";
-  s.append(line);
+  s += printable(line, 4096);
   s.push_back('\n');
   ssize_t off = 0;
   while (off < static_cast<ssize_t>(s.size())) {

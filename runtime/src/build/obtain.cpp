@@ -34,7 +34,12 @@ Result<BuildPlan> plan_build(const KernelKey& key) {
 
 Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_build) {
   // Another context of this process may have it already: no source generation then.
-  if (auto entry = cache.find_loaded(key)) return CacheLookup{std::move(entry), CacheSource::memory};
+  if (auto entry = cache.find_loaded(key)) {
+    CacheLookup hit;
+    hit.entry = std::move(entry);
+    hit.source = CacheSource::memory;
+    return hit;
+  }
   KDAJIT_TRY_ASSIGN(BuildPlan plan, plan_build(key));
   const BuildInputs& in = plan.inputs;
   BuildFn build = [&in]() -> Result<CacheBuild> {

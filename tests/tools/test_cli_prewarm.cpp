@@ -1,0 +1,221 @@
+// prewarm for operators: honest exit codes and summaries, one progress line per
+// key (terminal or not) with an ETA on long runs, --dry-run / --check, the arch
+// rule (KDAJIT_ARCH, ignored --arch), and layered roots.
+#include <pty.h>
+#include <termios.h>
+
+#include "cli_test_util.hpp"
+
+using namespace kdajit;
+using namespace kdajit::test;
+using nlohmann::json;
+
+namespace {
+
+// Eight packed keys (heads 8): state x conv x t.
+const std::vector<std::string> kEight = {"--op", "packed", "--heads", "8", "--state", "f32,bf16", "--conv", "sd,ds",
+                                         "--t", "2,3", "--gate", "bounded", "--route", "rowcta"};
+// The arch every default resolves to, GPU or not.
+const std::map<std::string, std::string> kSm90 = {{"KDAJIT_ARCH", "sm_90"}};
+const std::vector<std::string> kOne = {"--op", "single", "--heads", "8", "--state", "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"};
+
+std::vector<std::string> args_of(std::vector<std::string> head, const std::vector<std::string>& tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> tree(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    out.push_back(it->path().string() + " " + std::to_string(fs::last_write_time(it->path(), ec).time_since_epoch().count()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("prewarm: one line per key, an ETA on long runs; --dry-run and --check write nothing", "[cli][prewarm][progress]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  Run warm = cli(args_of({"prewarm", "--cache-dir", root, "-j", "2"}, kEight), scratch.path(), kSm90);
+  INFO(warm.out << warm.err);
+  REQUIRE(warm.code == 0);
+  auto lines = lines_of(warm.err);
+  REQUIRE(lines.size() == 8);  // nothing but one line per key: no library "compiled" lines
+  std::set<std::string> keys;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(lines[i].rfind(fmt::format("[{}/8] kda_packed.h8.", i + 1), 0) == 0);
+    CHECK(lines[i].find("  compiled in ") != std::string::npos);
+    CHECK(lines[i].find(" registers, 0 bytes spilled)") != std::string::npos);
+    CHECK((lines[i].find("  ETA ") != std::string::npos) == (i + 1 < lines.size()));
+    keys.insert(lines[i].substr(lines[i].find("] ") + 2, lines[i].find("  compiled") - lines[i].find("] ") - 2));
+  }
+  CHECK(keys.size() == 8);
+  CHECK(warm.out.rfind("prewarm: 8 keys for sm_90: 8 compiled, 0 already cached, 0 failed in ", 0) == 0);
+  CHECK(warm.out.find(" s (" + root + ")\n") != std::string::npos);
+  CHECK(count_lines(warm.out, "") == 1);
+
+  auto before = tree(root);
+  Run dry = cli(args_of({"prewarm", "--cache-dir", root, "--dry-run", "--heads", "8,16"}, {"--op", "packed", "--state",
+                        "f32,bf16", "--conv", "sd,ds", "--t", "2,3", "--gate", "bounded", "--route", "rowcta"}), scratch.path(), kSm90);
+  INFO(dry.out << dry.err);
+  CHECK(dry.code == 0);
+  CHECK(dry.err.empty());
+  CHECK(dry.out.find("prewarm --dry-run: 16 keys for sm_90: 8 present, 8 missing, 0 unusable, 0 failed") != std::string::npos);
+  int rows = 0;
+  for (const auto& line : lines_of(dry.out))
+    if (line.rfind(name_of("f32", 16, 2), 0) == 0 && line.find("  missing (would compile)  ") != std::string::npos) ++rows;
+  CHECK(rows == 1);
+  Run check = cli({"prewarm", "--cache-dir", root, "--check", "--json", "--op", "packed", "--heads", "8,16", "--state",
+                   "f32", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"},
+                  scratch.path(), kSm90);
+  CHECK(check.code == 1);
+  json cj = parse_json(check);
+  CHECK(cj["present"] == 1);
+  CHECK(cj["missing"] == 1);
+  CHECK(check.err.find("kdajit: error: prewarm --check: 1 of 2 keys are not in the cache") != std::string::npos);
+  Run all = cli(args_of({"prewarm", "--cache-dir", root, "--check"}, kEight), scratch.path(), kSm90);
+  CHECK(all.code == 0);
+  CHECK(tree(root) == before);  // no entry, stamp, lock or staging dir written
+  // --check on a root that does not exist creates nothing either.
+  Run none = cli(args_of({"prewarm", "--cache-dir", scratch / "nowhere", "--check"}, kOne), scratch.path(), kSm90);
+  CHECK(none.code == 1);
+  CHECK(!fs::exists(scratch / "nowhere"));
+}
+
+TEST_CASE("prewarm on a terminal prints the same single line per key", "[cli][prewarm][progress]") {
+  TempDir scratch;
+  int master = -1, slave = -1;
+  REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+  struct termios t {};
+  ::tcgetattr(slave, &t);
+  t.c_oflag &= ~static_cast<tcflag_t>(OPOST);  // see the bytes kdajit writes, not "\r\n"
+  ::tcsetattr(slave, TCSANOW, &t);
+  pid_t pid = start_cli(args_of({"prewarm", "--cache-dir", scratch / "cache", "--op", "packed", "--heads", "8", "--state",
+                                 "f32,bf16", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"}, {}),
+                        scratch.path(), "tty", kSm90, slave);
+  ::close(slave);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));  // EIO at hangup
+  ::close(master);
+  Run r = finish_cli(pid, scratch.path(), "tty");
+  INFO(text);
+  CHECK(r.code == 0);
+  CHECK(text.find('\r') == std::string::npos);
+  CHECK(text.find("\x1b[") == std::string::npos);
+  auto lines = lines_of(text);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].rfind("[1/2] kda_packed.h8.", 0) == 0);
+  CHECK(lines[1].rfind("[2/2] kda_packed.h8.", 0) == 0);
+}
+
+TEST_CASE("prewarm fails unless every key is in the cache, and says why", "[cli][prewarm][exit-codes]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  SECTION("KDAJIT_DISABLE_JIT=1 with missing keys") {
+    Run r = cli(args_of({"prewarm", "--cache-dir", root}, kOne), scratch.path(),
+                {{"KDAJIT_DISABLE_JIT", "1"}, {"KDAJIT_ARCH", "sm_90"}});
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.out.find("1 keys for sm_90: 0 compiled, 0 already cached, 1 failed") != std::string::npos);
+    CHECK(r.err.find("KDAJIT_DISABLE_JIT=1 and kernel kda_single.h8") != std::string::npos);
+    CHECK(cli(args_of({"prewarm", "--cache-dir", root, "--allow-failures"}, kOne), scratch.path(),
+              {{"KDAJIT_DISABLE_JIT", "1"}}).code == 0);
+  }
+  SECTION("its own LRU cap evicted what it stored") {
+    Run r = cli(args_of({"prewarm", "--cache-dir", root, "-j", "1", "--json"}, {"--op", "single", "--heads", "8,16",
+                         "--state", "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"}),
+                scratch.path(), {{"KDAJIT_CACHE_MAX_BYTES", "1"}, {"KDAJIT_ARCH", "sm_90"}});
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    json j = parse_json(r);
+    CHECK(j["compiled"] == 2);
+    CHECK(j["not_stored"] == 1);
+    CHECK(j["archs"] == json::array({"sm_90"}));
+    REQUIRE(j["not_stored_reasons"].size() == 1);
+    CHECK(j["not_stored_reasons"].begin().key() ==
+          "evicted by the LRU cap (KDAJIT_CACHE_MAX_BYTES=1) to make room for later keys");
+  }
+}
+
+TEST_CASE("the arch: KDAJIT_ARCH is the default everywhere, a differing --arch warns", "[cli][prewarm][arch]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  // KDAJIT_ARCH decides the runtime's arch, so these hold with or without a GPU.
+  Run by_env = cli(args_of({"prewarm", "--cache-dir", root, "--dry-run", "--json"}, kOne), scratch.path(),
+                   {{"KDAJIT_ARCH", "sm_90a"}});
+  CHECK(by_env.code == 0);
+  CHECK(parse_json(by_env)["archs"] == json::array({"sm_90a"}));
+  CHECK(by_env.err.empty());
+  Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), {{"KDAJIT_ARCH", "sm_100a"}});
+  CHECK(keys.code == 0);
+  CHECK(count_lines(keys.out, "kda_") == 112);  // 16 single families x 4 routes + 48 packed x rowcta
+  CHECK(keys.out.find(".sm_90\n") == std::string::npos);
+  CHECK(keys.out.find(".sm_100a\n") != std::string::npos);
+
+  // The sm_90 / sm_90a trap: kernels the runtime here would never use.
+  Run trap = cli(args_of({"prewarm", "--cache-dir", root, "--dry-run", "--arch", "sm_90a"}, kOne), scratch.path(),
+                 {{"KDAJIT_ARCH", "sm_90"}});
+  INFO(trap.err);
+  CHECK(trap.code == 0);
+  CHECK(count_lines(trap.err, "kdajit: warning: prewarm: kernels for sm_90a are not used by the runtime on this "
+                              "machine, which picks sm_90 (KDAJIT_ARCH)") == 1);
+  CHECK(trap.err.find("set KDAJIT_ARCH=sm_90a there") != std::string::npos);
+  Run compile = cli({"compile", "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90a"}, scratch.path(),
+                    {{"KDAJIT_ARCH", "sm_90"}});
+  CHECK(compile.code == 0);
+  CHECK(count_lines(compile.err, "kdajit: warning: compile: kernels for sm_90a are not used") == 1);
+
+  // Full key names in a manifest keep their arch; --arch is ignored for them, with a warning.
+  write_text(scratch / "m.json", R"(["kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90",
+                                     {"op": "single", "heads": 16, "state": "f32", "conv": "sd", "gate": "bounded", "route": "rowcta"}])");
+  Run m = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--manifest", scratch / "m.json", "--arch", "sm_100a"},
+              scratch.path(), {{"KDAJIT_ARCH", "sm_100a"}});
+  INFO(m.err);
+  CHECK(m.code == 0);
+  CHECK(count_lines(m.err, "kdajit: warning: prewarm: --arch sm_100a is ignored for 1 entries of " + scratch / "m.json" +
+                               " that name another arch (entries 1)") == 1);
+  json mj = parse_json(m);
+  std::set<std::string> names;
+  for (const auto& r : mj["results"]) names.insert(r["key"].get<std::string>());
+  CHECK(names == std::set<std::string>{"kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90",
+                                       "kda_single.h16.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_100a"});
+  CHECK(!fs::exists(root));
+}
+
+TEST_CASE("prewarm and ls on layered roots", "[cli][prewarm][layers]") {
+  TempDir scratch;
+  std::string mine = scratch / "mine", shipped = scratch / "shipped";
+  REQUIRE(cli(args_of({"prewarm", "--cache-dir", shipped}, kOne), scratch.path(), kSm90).code == 0);
+  Run r = cli({"prewarm", "--cache-dir", mine + ":" + shipped, "--json", "--op", "single", "--heads", "8,16", "--state",
+               "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"},
+              scratch.path(), kSm90);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  json j = parse_json(r);
+  CHECK(j["compiled"] == 1);
+  CHECK(j["cached"] == 1);
+  CHECK(j["root"] == mine);
+  for (const auto& row : j["results"]) {
+    std::string dir = row["dir"].get<std::string>();
+    CHECK(dir.rfind(row["status"] == "cached" ? shipped : mine, 0) == 0);
+  }
+  Run ls = cli({"ls", "--json"}, scratch.path(), {{"KDAJIT_CACHE_DIR", mine + ":" + shipped}});
+  json lj = parse_json(ls);
+  CHECK(lj["entries"].size() == 2);
+  CHECK(lj["layers"][0]["state"] == "read-write");
+  CHECK(lj["layers"][1]["state"] == "read-only");
+  Run clear = cli({"clear", "--cache-dir", mine + ":" + shipped, "--json"}, scratch.path());
+  CHECK(parse_json(clear)["removed"] == 1);  // the write layer only
+  CHECK(parse_json(cli({"ls", "--cache-dir", shipped, "--json"}, scratch.path()))["entries"].size() == 1);
+}

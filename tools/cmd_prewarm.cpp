@@ -1,0 +1,288 @@
+// `kdajit prewarm`: compile keys into the cache ahead of serving, or (--dry-run,
+// --check) say which are there without compiling or writing anything.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_env.hpp"
+#include "cli_output.hpp"
+#include "commands.hpp"
+#include "key_selection.hpp"
+#include "kdajit/cache.hpp"
+#include "kdajit/log.hpp"
+#include "kdajit/parallel.hpp"
+#include "kdajit/presets.hpp"
+#include "kdajit/runtime/build/obtain.hpp"
+
+namespace kdajit::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct Opts {
+  CommonOpts common;
+  std::vector<std::string> presets;
+  std::vector<std::string> manifests;
+  std::map<std::string, std::vector<std::string>> flags;
+  std::string arch;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  bool strict = false;  // the default since failures fail; accepted for old scripts
+  bool allow_failures = false;
+  bool dry_run = false;
+  bool check = false;
+};
+
+struct Selection {
+  std::vector<KernelKey> keys;
+  ArchChoice arch;
+  std::set<Arch> archs;
+};
+
+Selection select_keys(const Opts& o) {
+  Selection s;
+  s.arch = choose_arch(o.arch);
+  for (const auto& p : o.presets) {
+    auto k = unwrap(preset_keys(p, s.arch.arch));
+    s.keys.insert(s.keys.end(), k.begin(), k.end());
+  }
+  for (const auto& m : o.manifests) {
+    auto mk = unwrap(manifest_keys(m, s.arch.arch));
+    // Decided: a key name or a pattern with an arch is exact; --arch is for the rest.
+    // Said once per manifest where it makes a difference.
+    std::vector<size_t> ignored;
+    for (const auto& [entry, archs] : mk.entries_with_arch)
+      if (std::any_of(archs.begin(), archs.end(), [&](Arch a) { return a != s.arch.arch; })) ignored.push_back(entry);
+    if (!o.arch.empty() && !ignored.empty()) {
+      std::vector<size_t> shown(ignored.begin(), ignored.begin() + std::min<size_t>(ignored.size(), 8));
+      log_warning("prewarm: --arch {} is ignored for {} entries of {} that name another arch (entries {}{}); they "
+                  "are built for the arch they name",
+                  to_string(s.arch.arch), ignored.size(), quote(m), fmt::join(shown, ", "),
+                  ignored.size() > shown.size() ? ", ..." : "");
+    }
+    s.keys.insert(s.keys.end(), mk.keys.begin(), mk.keys.end());
+  }
+  json pattern = flags_pattern(o.flags);
+  if (!pattern.empty()) {
+    auto k = pattern_keys(pattern, s.arch.arch);
+    if (!k) throw Failure("prewarm: flags: " + k.error().message, kExitUsage);
+    s.keys.insert(s.keys.end(), k->begin(), k->end());
+  }
+  if (s.keys.empty() && o.presets.empty() && o.manifests.empty())
+    throw Failure("prewarm: expected --preset NAME, --manifest FILE or a key pattern (--heads ...)", kExitUsage);
+  std::sort(s.keys.begin(), s.keys.end());
+  s.keys.erase(std::unique(s.keys.begin(), s.keys.end()), s.keys.end());
+  for (const auto& k : s.keys) s.archs.insert(k.arch);
+  return s;
+}
+
+std::string archs_text(const std::set<Arch>& archs) {
+  std::vector<std::string_view> v;
+  for (Arch a : archs) v.push_back(to_string(a));
+  return fmt::format("{}", fmt::join(v, ", "));
+}
+
+json layers_json(const KernelCache& cache) {
+  json out = json::array();
+  for (const auto& l : cache.layers())
+    out.push_back({{"path", json_text(l.path)}, {"state", to_string(l.state)}, {"reason", json_text(l.reason)}});
+  return out;
+}
+
+// --dry-run / --check: the hash of each key's build inputs, looked up in every
+// layer (verified, trust-checked); nothing is compiled, created or written.
+void run_probe(const Opts& o, const Selection& sel) {
+  auto cache = open_cache(o.common, CacheUse::inspect);
+  struct Row {
+    KernelKey key;
+    std::string status, dir, reason;
+  };
+  std::vector<Row> rows(sel.keys.size());
+  parallel_for(rows.size(), o.jobs, [&](size_t i) {
+    Row& row = rows[i];
+    row.key = sel.keys[i];
+    auto plan = plan_build(row.key);
+    if (!plan) {
+      row.status = "failed";
+      row.reason = plan.error().message;
+      return;
+    }
+    auto p = cache->probe(row.key, plan->hash);
+    row.dir = p.dir;
+    row.reason = p.reason;
+    row.status = p.state == CacheProbe::State::present ? "present"
+                 : p.state == CacheProbe::State::missing ? "missing"
+                                                          : "unusable";
+  });
+  std::map<std::string, size_t> count;
+  for (const auto& r : rows) ++count[r.status];
+  const size_t absent = count["missing"] + count["unusable"] + count["failed"];
+  const char* verb = o.check ? "prewarm --check" : "prewarm --dry-run";
+  if (o.common.json) {
+    json out = {{"root", json_text(cache->root())}, {"layers", layers_json(*cache)}, {"archs", json::array()},
+                {"keys", rows.size()}, {"present", count["present"]}, {"missing", count["missing"]},
+                {"unusable", count["unusable"]}, {"failed", count["failed"]}, {"results", json::array()}};
+    for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
+    for (const auto& r : rows) {
+      json j = {{"key", key_name(r.key)}, {"status", r.status}, {"dir", json_text(r.dir)}};
+      if (!r.reason.empty()) j["reason"] = json_text(r.reason);
+      out["results"].push_back(j);
+    }
+    fmt::print("{}\n", dump_json(out));
+  } else {
+    std::vector<std::vector<std::string>> table;
+    for (const auto& r : rows)
+      table.push_back({key_name(r.key), r.status == "missing" ? "missing (would compile)"
+                                        : r.status == "unusable" ? "unusable (would rebuild)"
+                                                                 : r.status,
+                       r.reason.empty() ? r.dir : r.reason});
+    print_table({"KEY", "STATUS", "WHERE"}, table);
+    fmt::print("{}: {} keys for {}: {} present, {} missing, {} unusable, {} failed ({})\n", verb, rows.size(),
+               archs_text(sel.archs), count["present"], count["missing"], count["unusable"], count["failed"],
+               printable(cache->root()));
+  }
+  std::fflush(stdout);
+  if (o.check && absent)
+    throw Failure(fmt::format("prewarm --check: {} of {} keys are not in the cache", absent, rows.size()));
+}
+
+struct Row {
+  KernelKey key;
+  std::string hash;
+  std::string status = "failed";  // compiled | cached | failed
+  double ms = 0;
+  std::string dir;
+  std::string not_stored;  // built or found, but not on disk: why
+  std::string error, detail;
+};
+
+std::string meta_number(const nlohmann::json& meta, const char* field) {
+  auto it = meta.find(field);
+  if (it == meta.end() || !it->is_number()) return "?";
+  return it->is_number_integer() ? std::to_string(it->get<int64_t>()) : fmt::format("{:.0f}", it->get<double>());
+}
+
+void run_build(const Opts& o, const Selection& sel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // The library's per-compile line would repeat the progress line: prewarm prints one.
+  auto cache = open_cache(o.common, CacheUse::build, /*log_compiles=*/false);
+  std::vector<Row> rows(sel.keys.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].key = sel.keys[i];
+  Progress progress(rows.size());
+  parallel_for(rows.size(), o.jobs, [&](size_t i) {
+    Row& row = rows[i];
+    const auto k0 = std::chrono::steady_clock::now();
+    Result<CacheLookup> r = obtain(*cache, row.key, /*allow_build=*/true);
+    if (r) row.hash = r->entry->hash;
+    row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
+    if (!r) {
+      row.error = r.error().message;
+      row.detail = r.error().detail;
+      progress.report(fmt::format("{}  FAILED: {}", key_name(row.key), row.error));
+      return;
+    }
+    row.status = r->source == CacheSource::built ? "compiled" : "cached";
+    row.dir = r->entry->dir;
+    row.not_stored = r->not_stored;
+    std::string text = r->source == CacheSource::built
+                           ? fmt::format("{}  compiled in {:.0f} ms ({} registers, {} bytes spilled)", key_name(row.key),
+                                         row.ms, meta_number(r->entry->meta, "registers"),
+                                         meta_number(r->entry->meta, "spill_bytes"))
+                           : fmt::format("{}  cached", key_name(row.key));
+    if (row.dir.empty()) text += "  (not stored on disk)";
+    progress.report(text);
+  });
+
+  // The LRU cap may have evicted what this run stored for earlier keys.
+  for (auto& r : rows) {
+    if (r.dir.empty() || r.status == "failed") continue;
+    if (cache->probe(r.key, r.hash).state != CacheProbe::State::present) {
+      r.dir.clear();
+      r.not_stored = cache->max_bytes()
+                         ? fmt::format("evicted by the LRU cap (KDAJIT_CACHE_MAX_BYTES={}) to make room for later keys",
+                                       *cache->max_bytes())
+                         : "removed by another process";
+    }
+  }
+  size_t compiled = 0, cached = 0, failed = 0, not_stored = 0;
+  std::map<std::string, size_t> reasons;
+  for (const auto& r : rows) {
+    if (r.status == "compiled") ++compiled;
+    else if (r.status == "cached") ++cached;
+    else ++failed;
+    if (r.status != "failed" && r.dir.empty()) {
+      ++not_stored;
+      ++reasons[r.not_stored.empty() ? std::string("unknown") : r.not_stored];
+    }
+  }
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& r : rows)
+    if (!r.error.empty()) print_error(r.error, r.detail);
+  const std::string where = cache->mode() == CacheMode::memory_only ? std::string("memory only") : cache->root();
+  if (o.common.json) {
+    json out = {{"root", json_text(cache->root())}, {"mode", to_string(cache->mode())},
+                {"layers", layers_json(*cache)},    {"archs", json::array()},
+                {"arch_source", sel.arch.source},   {"keys", rows.size()},
+                {"compiled", compiled},             {"cached", cached},
+                {"failed", failed},                 {"not_stored", not_stored},
+                {"not_stored_reasons", json::object()}, {"wall_s", wall_s},
+                {"results", json::array()}};
+    for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
+    for (const auto& [why, n] : reasons) out["not_stored_reasons"][json_text(why)] = n;
+    for (const auto& r : rows) {
+      json row = {{"key", key_name(r.key)}, {"status", r.status}, {"ms", r.ms}, {"dir", json_text(r.dir)}};
+      if (!r.error.empty()) row["error"] = json_text(r.error);
+      if (!r.not_stored.empty() && r.dir.empty()) row["not_stored"] = json_text(r.not_stored);
+      out["results"].push_back(row);
+    }
+    fmt::print("{}\n", dump_json(out));
+  } else {
+    fmt::print("prewarm: {} keys for {}: {} compiled, {} already cached, {} failed{} in {:.1f} s ({})\n", rows.size(),
+               archs_text(sel.archs), compiled, cached, failed,
+               not_stored ? fmt::format(", {} not stored on disk", not_stored) : std::string(), wall_s,
+               printable(where));
+    for (const auto& [why, n] : reasons) fmt::print("prewarm: {} not stored on disk: {}\n", n, printable(why, 400));
+  }
+  std::fflush(stdout);
+  if ((failed || not_stored) && !o.allow_failures)
+    throw Failure(fmt::format("prewarm: {} of {} keys are not in the cache: {} failed, {} not stored on disk "
+                              "(--allow-failures accepts this)",
+                              failed + not_stored, rows.size(), failed, not_stored));
+}
+
+}  // namespace
+
+void add_prewarm(CLI::App& app) {
+  auto* cmd = app.add_subcommand("prewarm", "Compile kernel keys into the cache ahead of serving");
+  auto o = std::make_shared<Opts>();
+  add_common(cmd, o->common);
+  cmd->add_option("--preset", o->presets, fmt::format("model preset(s): {}", fmt::join(preset_names(), " | ")));
+  cmd->add_option("--manifest", o->manifests, "JSON list of key names, key objects or key patterns");
+  for (const auto& [field, help] : pattern_flag_help())
+    cmd->add_option(fmt::format("--{}", field), o->flags[field],
+                    fmt::format("key pattern: {} (missing fields: every value; --heads is required)", help))
+        ->delimiter(',');
+  cmd->add_option("--arch", o->arch,
+                  fmt::format("target arch ({}) for presets and patterns (default: KDAJIT_ARCH, else the local GPU's, "
+                              "else sm_90); key names keep their own",
+                              choices<Arch>()));
+  cmd->add_option("-j,--jobs", o->jobs, "parallel compiles (default: the core count)")->check(CLI::Range(1u, 1024u));
+  cmd->add_flag("--allow-failures", o->allow_failures,
+                "exit 0 even when a key failed or could not be stored on disk (default: exit 1)");
+  cmd->add_flag("--strict", o->strict, "the default (kept for old scripts): exit 1 when a key is not in the cache");
+  cmd->add_flag("--dry-run", o->dry_run, "list the keys and which are already cached; compile and write nothing");
+  cmd->add_flag("--check", o->check, "like --dry-run, and exit 1 if any key is not cached");
+  cmd->callback([o] {
+    Selection sel = select_keys(*o);
+    warn_if_not_runtime_arch("prewarm", sel.archs);
+    if (o->dry_run || o->check) run_probe(*o, sel);
+    else run_build(*o, sel);
+  });
+}
+
+}  // namespace kdajit::cli
