@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "kdajit/log.hpp"
@@ -28,6 +30,28 @@ class ScopedContext {
   const DriverApi* api_;
   bool pushed_ = false;
 };
+
+// Validation is a pure function of the args struct: a thread that passes the
+// same bytes again (an engine's persistent buffers, step after step) reuses the
+// last result instead of re-checking ~14 tensors (about 150 ns of the host cost).
+Result<ValidatedCall> validate_cached(Op op, const kdajit_decode_args_t& args) {
+  struct Last {
+    bool valid = false;
+    Op op = Op::single;
+    kdajit_decode_args_t args;
+    ValidatedCall call;
+  };
+  thread_local Last last;
+  if (last.valid && last.op == op && std::memcmp(&last.args, &args, sizeof args) == 0) return last.call;
+  auto r = validate_decode(op, args);
+  if (r) {
+    last.valid = true;
+    last.op = op;
+    std::memcpy(&last.args, &args, sizeof args);
+    last.call = *r;
+  }
+  return r;
+}
 
 }  // namespace
 
@@ -109,7 +133,7 @@ Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
 }
 
 Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {
-  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(op, args));
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_cached(op, args));
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
   auto cu_stream = reinterpret_cast<CUstream>(stream);

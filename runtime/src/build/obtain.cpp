@@ -1,6 +1,12 @@
 #include "kdajit/runtime/build/obtain.hpp"
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "kdajit/routes.hpp"
+#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/sha256.hpp"
+#include "kdajit/source_generator.hpp"
 
 namespace kdajit {
 
@@ -32,6 +38,32 @@ Result<BuildPlan> plan_build(const KernelKey& key) {
   return BuildPlan{std::move(in), std::move(hash)};
 }
 
+// Without NVRTC the build hash cannot be formed (its version is an input), but a
+// cached entry still serves: one of this key whose stored inputs are today's
+// (schema, library version, source, options) and whose hash recomputes from them
+// with the NVRTC version it records. The newest such entry, loaded verified.
+Result<CacheLookup> find_without_nvrtc(KernelCache& cache, const KernelKey& key, const Error& no_nvrtc) {
+  KDAJIT_TRY_ASSIGN(std::string source, generate_source(key));
+  const std::vector<std::string> options = canonical_options(key);
+  const std::string source_sha = sha256_hex(source);
+  std::optional<std::string> best_hash;
+  int64_t best_used = -1;
+  for (const CacheEntryInfo& e : cache.list_entries()) {
+    if (!e.key || *e.key != key || !e.meta || e.stale || !e.untrusted.empty()) continue;
+    const nlohmann::json& m = *e.meta;
+    auto text = [&](const char* f) { return m.contains(f) && m[f].is_string() ? m[f].get<std::string>() : std::string(); };
+    if (text("source_sha256") != source_sha || !m.contains("options") || m["options"] != options) continue;
+    const std::string hash = current_build_hash(source, options, key.arch, text("nvrtc_version"));
+    if (hash != text("hash") || e.last_used_ns <= best_used) continue;
+    best_hash = hash;
+    best_used = e.last_used_ns;
+  }
+  if (!best_hash)
+    return Error(no_nvrtc.code, fmt::format("{} (kernel {} is not in the cache either)", no_nvrtc.message, key_name(key)),
+                 no_nvrtc.detail);
+  return cache.lookup(key, *best_hash, BuildFn(), /*allow_build=*/false);
+}
+
 Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_build) {
   // Another context of this process may have it already: no source generation then.
   if (auto entry = cache.find_loaded(key)) {
@@ -40,6 +72,7 @@ Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_
     hit.source = CacheSource::memory;
     return hit;
   }
+  if (auto api = nvrtc(); !api) return find_without_nvrtc(cache, key, api.error());
   KDAJIT_TRY_ASSIGN(BuildPlan plan, plan_build(key));
   const BuildInputs& in = plan.inputs;
   BuildFn build = [&in]() -> Result<CacheBuild> {

@@ -3,6 +3,7 @@
 // when builds are not allowed, and plan_build() names the entry it looks up.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "catch.hpp"
@@ -61,6 +62,53 @@ TEST_CASE("obtain: compile, memory hit, disk hit, capture refusal", "[obtain]") 
 TEST_CASE("obtain: NVRTC candidates only count before the first load", "[obtain]") {
   REQUIRE(nvrtc().ok());
   CHECK_FALSE(nvrtc_add_candidate("/nonexistent/libnvrtc.so"));
+}
+
+}  // namespace
+}  // namespace kdajit
+
+// Cache hits need no NVRTC. Two CTest runs of this binary (tests/runtime/CMakeLists.txt):
+// [nvrtc_warm] fills a cache root with NVRTC; [no_nvrtc] runs with KDAJIT_NVRTC
+// pointing at nothing, so no NVRTC loads, and still gets the entry from disk.
+namespace kdajit {
+namespace {
+
+const KernelKey kNoNvrtcKey{Op::packed, 3, StateDtype::bf16, ConvLayout::ds, 2, Gate::bounded, Route::rowcta, Arch::sm_90};
+
+std::string fixture_root() {
+  const char* r = std::getenv("KDAJIT_TEST_CACHE");
+  REQUIRE(r != nullptr);
+  return r;
+}
+
+TEST_CASE("obtain: fill a cache for the no-NVRTC run", "[.][nvrtc_warm]") {
+  std::filesystem::remove_all(fixture_root());
+  auto cache = open_kernel_cache(fixture_root());
+  REQUIRE(cache.ok());
+  auto built = obtain(**cache, kNoNvrtcKey, true);
+  INFO((built ? std::string() : built.error().message));
+  REQUIRE(built.ok());
+}
+
+TEST_CASE("obtain: a cache hit without any NVRTC", "[.][no_nvrtc]") {
+  auto api = nvrtc();
+  REQUIRE_FALSE(api.ok());  // KDAJIT_NVRTC names a file that does not exist
+  CHECK(api.error().message.find("KDAJIT_NVRTC") != std::string::npos);
+  auto cache = open_kernel_cache(fixture_root());
+  REQUIRE(cache.ok());
+  auto hit = obtain(**cache, kNoNvrtcKey, /*allow_build=*/true);
+  INFO((hit ? std::string() : hit.error().message));
+  REQUIRE(hit.ok());
+  CHECK(hit->source == CacheSource::disk);
+  CHECK(!hit->entry->cubin.empty());
+  // A key that is not cached: the NVRTC error, naming the key.
+  KernelKey other = kNoNvrtcKey;
+  other.heads = 5;
+  auto miss = obtain(**cache, other, true);
+  REQUIRE_FALSE(miss.ok());
+  CHECK(miss.error().message.find("NVRTC") != std::string::npos);
+  CHECK(miss.error().message.find(key_name(other)) != std::string::npos);
+  std::filesystem::remove_all(fixture_root());
 }
 
 }  // namespace
