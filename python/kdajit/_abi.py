@@ -288,7 +288,8 @@ class Library:
 def nvrtc_candidates(paths=None):
     """NVRTC libraries of nvidia pip packages on the Python path (what a PyTorch
     image without a CUDA toolkit has: nvidia/cuda_nvrtc/lib/libnvrtc.so.12 for
-    cu12 wheels, nvidia/cu13/lib/libnvrtc.so.13 for cu13), newest major first.
+    cu12 wheels, nvidia/cu13/lib/libnvrtc.so.13 for cu13), newest major first,
+    then in Python path order.
     libkdajit.so tries them after KDAJIT_NVRTC and before the system's."""
     found = {}
     for root in (sys.path if paths is None else paths):
@@ -300,7 +301,8 @@ def nvrtc_candidates(paths=None):
             real = os.path.realpath(path)
             if m and os.path.isfile(path) and real not in found:
                 found[real] = (int(m.group(1)), path)
-    return [p for _, p in sorted(found.values(), key=lambda mp: (-mp[0], mp[1]))]
+    # Newest major first; within a major, Python path order (the stable sort keeps it).
+    return [p for _, p in sorted(found.values(), key=lambda mp: -mp[0])]
 
 
 _lock = threading.Lock()
