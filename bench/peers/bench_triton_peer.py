@@ -2,7 +2,8 @@
 """Peer benchmark: kdajit's fused single-token KDA decode against the same op as
 three Triton kernels (conv update -> recurrent delta rule -> gated RMSNorm), the
 way a serving engine runs KDA decode on Hopper. Both run in this process on the
-same torch tensors; kdajit through its C ABI (ctypes). bench/peers/README.md says
+same torch tensors; kdajit through the repository's Python package (python/kdajit,
+kdajit.fused_kda_decode over the library given by --lib). bench/peers/README.md says
 what is measured and how to read it.
 
 Exit codes: 0 all measured and every check passed; 1 a check failed or a
@@ -10,20 +11,29 @@ configuration could not be measured; 2 usage or environment error (no torch,
 Triton, CUDA or libkdajit); 3 the time limit cut the run short (partial results).
 """
 import argparse
+import dataclasses
 import datetime
 import faulthandler
 import json
 import math
 import os
 import platform
+import re
 import statistics
+import struct
 import sys
 import time
 import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kdajit_ctypes as kc  # noqa: E402  (needs neither torch nor a GPU)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The kdajit package of this repository (python/kdajit), ahead of any installed copy.
+PACKAGE_ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "python"))
+sys.path.insert(1, PACKAGE_ROOT)
+
+# The kdajit package, imported by load_kdajit() (it needs torch, and KDAJIT_LIBRARY set first).
+kdajit = None
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIME_LIMIT = 0, 1, 2, 3
 D = 128
@@ -87,7 +97,8 @@ def parse_args(argv):
     ap.add_argument("--watchdog", type=float, default=235.0,
                     help="seconds after which the process dumps its stack and exits (a hung GPU)")
     ap.add_argument("--abi-only", action="store_true",
-                    help="check the ctypes ABI against the library (CPU tensors, no GPU) and exit")
+                    help="check that the kdajit package loads --lib and maps a call on CPU tensors "
+                         "(kdajit.dry_run, no GPU) and exit")
     args = ap.parse_args(argv)
     for name in ("reps", "tune_reps", "host_calls", "flush_mib", "copy_mib"):
         if getattr(args, name) < 1:
@@ -101,34 +112,124 @@ def parse_args(argv):
     return args
 
 
-# --- ABI ------------------------------------------------------------------------
+# --- kdajit ----------------------------------------------------------------------
 
 
-def abi_selftest(lib):
-    """kdajit_validate_args over host tensors built by the same code as the GPU
-    problems: proves that every field lands where the library reads it, without a GPU."""
+class SetupError(Exception):
+    """The environment cannot run the benchmark (exit 2)."""
+
+
+def load_kdajit(lib_path):
+    """Imports the repository's kdajit package with KDAJIT_LIBRARY = lib_path and
+    loads the library (the package checks its ABI version and its struct layout
+    against the library's init functions); raises SetupError when the package
+    loaded any other library. Returns (path, origin) of the loaded library."""
+    global kdajit
+    want = os.path.abspath(lib_path)
+    given = os.environ.get("KDAJIT_LIBRARY")
+    if given and os.path.realpath(given) != os.path.realpath(want):
+        log(f"note: KDAJIT_LIBRARY={given} replaced by --lib {lib_path}")
+    os.environ["KDAJIT_LIBRARY"] = want
+    try:
+        import kdajit as package
+    except ImportError as e:
+        raise SetupError(f"cannot import the kdajit package from {PACKAGE_ROOT}: {e}") from e
+    kdajit = package
+    try:
+        path, origin = kdajit.library_path()
+    except kdajit.KdajitError as e:
+        raise SetupError(str(e)) from e
+    if origin != "KDAJIT_LIBRARY" or os.path.realpath(path) != os.path.realpath(want):
+        raise SetupError(f"the kdajit package at {os.path.dirname(kdajit.__file__)} loaded {path} ({origin}), "
+                         f"not --lib {lib_path}")
+    return path, origin
+
+
+def kd_inputs(p, mode="unique_or_null"):
+    """fused_kda_decode's arguments (FlashInfer's order) over Problem p's tensors."""
+    args = (p.x, p.conv_weight, p.conv_state, p.raw_gate, p.raw_beta, p.A_log, p.dt_bias, p.state_indices,
+            p.state, p.output_gate, p.norm_weight, None if p.gate_softplus else p.lower_bound, p.norm_eps)
+    return args, {"output": p.output, "state_indices_mode": mode}
+
+
+def kd_decode(p):
+    """One kdajit call on p's tensors, on torch's current stream (what an engine calls)."""
+    args, kwargs = kd_inputs(p)
+    kdajit.fused_kda_decode(*args, **kwargs)
+
+
+def kd_selected_key(p):
+    args, kwargs = kd_inputs(p)
+    return kdajit.selected_key(kdajit.fused_kda_decode, *args, **kwargs)
+
+
+def abi_selftest():
+    """kdajit.dry_run over host tensors built by the same code as the GPU problems:
+    the package maps the call (kdajit_decode_args_t bytes, then kdajit_validate_args
+    in the library) without a GPU. The bytes are read back field by field, and a
+    wrong argument must be rejected naming that argument."""
     import torch
 
     from kda_problem import make_problem
+    from kdajit import _abi  # the package's mirror of the C structs, to read the bytes back
+
+    codes = {torch.float32: _abi.DTYPE_F32, torch.bfloat16: _abi.DTYPE_BF16, torch.int32: _abi.DTYPE_INT32}
+    fields = ("x", "conv_weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices",
+              "state", "output_gate", "norm_weight", "output")
+
+    def fail(msg):
+        raise kdajit.KdajitError(f"ABI self-test: {msg}")
 
     for dtype in (torch.float32, torch.bfloat16):
         p = make_problem(2, 3, dtype, "cpu", seed=7, null_rows=1, oob_rows=1, row_pad=64)
-        args = kc.decode_args(lib, p)
-        lib.check(lib.lib.kdajit_validate_args(kc.OP_SINGLE, args), f"kdajit_validate_args ({dtype} host problem)")
-        # A wrong value in one field must be caught, and blamed on that field: the
-        # library really reads the fields where ctypes puts them.
-        for field, mutate in (("x", lambda a: a.x.strides.__setitem__(1, 2)),
-                              ("state", lambda a: a.state.shape.__setitem__(2, 64)),
-                              ("norm_eps", lambda a: setattr(a, "norm_eps", -1.0)),
-                              ("output", lambda a: setattr(a.output, "dtype", kc.DTYPE_F32))):
-            bad = kc.decode_args(lib, p)
-            mutate(bad)
-            status = lib.lib.kdajit_validate_args(kc.OP_SINGLE, bad)
-            msg = (lib.lib.kdajit_last_error() or b"").decode()
-            if status == kc.STATUS_OK or not msg.startswith(field):
-                raise kc.KdajitError(f"ABI self-test: a bad {field} gave status {status} '{msg}', "
-                                     f"expected an error naming {field}")
+        args, kwargs = kd_inputs(p)
+        try:
+            raw = kdajit.dry_run(kdajit.fused_kda_decode, *args, **kwargs)
+        except (ValueError, NotImplementedError) as e:
+            fail(f"kdajit.dry_run rejected the {dtype} host problem: {type(e).__name__}: {e}")
+        got = _abi.DecodeArgs.from_buffer_copy(raw)
+        # The problem's tensors are in the contract's own shapes: each view is the tensor as it is.
+        for name in fields:
+            t, v = getattr(p, name), getattr(got, name)
+            seen = (v.data, v.dtype, v.ndim, tuple(v.shape[:v.ndim]), tuple(v.strides[:v.ndim]))
+            want = (t.data_ptr(), codes[t.dtype], t.dim(), tuple(t.shape), tuple(t.stride()))
+            if seen != want:
+                fail(f"{name} ({dtype}): the package passed (data, dtype, ndim, shape, strides) {seen}, "
+                     f"expected {want}")
+        for name in ("query_start_loc", "num_accepted_tokens"):
+            v = getattr(got, name)
+            if v.data or v.ndim:
+                fail(f"{name}: expected an empty view for the single op, got data {v.data} ndim {v.ndim}")
+        scalars = (got.gate, got.lower_bound, got.norm_eps, got.state_indices_mode, got.oob_counter)
+        want = (_abi.GATE_BOUNDED, p.lower_bound, ctypes_f32(p.norm_eps), _abi.INDICES_UNIQUE_OR_NULL, None)
+        if scalars != want:
+            fail(f"(gate, lower_bound, norm_eps, state_indices_mode, oob_counter) {scalars}, expected {want}")
+
+        # A wrong value in one argument must be caught, and blamed on that argument:
+        # the library really reads the fields where the package puts them.
+        R, qkv = p.x.shape
+        x_stride2 = torch.zeros(R, 2 * qkv, dtype=p.x.dtype)[:, ::2]
+        x_stride2.copy_(p.x)
+        for arg, change in (("x", {"x": x_stride2}),
+                            ("weight", {"conv_weight": p.conv_weight[:, :3]}),
+                            ("state", {"state": p.state[:, :, :64]}),
+                            ("norm_eps", {"norm_eps": -1.0}),
+                            ("output", {"output": p.output.float()})):
+            bad_args, bad_kwargs = kd_inputs(dataclasses.replace(p, **change))
+            try:
+                kdajit.dry_run(kdajit.fused_kda_decode, *bad_args, **bad_kwargs)
+            except (ValueError, NotImplementedError) as e:
+                msg = str(e)
+                if re.match(r"[A-Za-z_]+", msg).group() != arg:
+                    fail(f"a bad {arg} was rejected as '{msg}', expected an error naming {arg}")
+            else:
+                fail(f"a bad {arg} passed kdajit.dry_run")
     return "ok"
+
+
+def ctypes_f32(v):
+    """v rounded to f32, as the struct field holds it."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
 # --- Measurement helpers ----------------------------------------------------------
@@ -274,7 +375,7 @@ def check_against_reference(torch, before, after, ref, state_name):
     return r
 
 
-def reference_check(torch, rt, lib, seed):
+def reference_check(torch, seed):
     """H = 2, 3 live rows + 1 null + 1 out-of-range row, padded row strides,
     shuffled slots: kdajit and every Triton tile variant against float64."""
     import triton_kda
@@ -290,8 +391,7 @@ def reference_check(torch, rt, lib, seed):
             entry = {"impl": name, "state": state_name}
             try:
                 if variant is None:
-                    args = kc.decode_args(lib, q)
-                    rt.single_decode(args, torch.cuda.current_stream().cuda_stream)
+                    kd_decode(q)
                 else:
                     act, o = triton_kda.make_scratch(q)
                     triton_kda.check_layout(q, act, o)
@@ -356,7 +456,7 @@ def attempt(rec, key, fn):
         return None
 
 
-def measure_config(torch, timer, rt, lib, heads, rows, state_name, seed, opts, roof_gbps):
+def measure_config(torch, timer, heads, rows, state_name, seed, opts, roof_gbps):
     import triton_kda
     from kda_problem import make_problem
 
@@ -371,10 +471,9 @@ def measure_config(torch, timer, rt, lib, heads, rows, state_name, seed, opts, r
     work = fresh_copy(p0)  # warm-up, tuning and timing mutate this one
     act, o = triton_kda.make_scratch(work)
     triton_kda.check_layout(work, act, o)
-    kd_args = kc.decode_args(lib, work)
 
     def kd_call():
-        rt.single_decode(kd_args, torch.cuda.current_stream().cuda_stream)
+        kd_decode(work)
 
     def finish(entry, us):
         entry["device_us"] = summary(us)
@@ -384,6 +483,7 @@ def measure_config(torch, timer, rt, lib, heads, rows, state_name, seed, opts, r
     # kdajit: the first call JIT-compiles (or loads from the disk cache).
     def run_kdajit():
         e = rec["kdajit"] = {"status": "running"}
+        e["key"] = kd_selected_key(work)  # validation and route selection only
         t = time.perf_counter()
         kd_call()
         torch.cuda.synchronize()
@@ -423,21 +523,17 @@ def measure_config(torch, timer, rt, lib, heads, rows, state_name, seed, opts, r
     # The check runs the variant that was timed, on fresh copies of the pristine inputs.
     if rec["kdajit"]["status"] == "ok" and variant is not None:
         def run_check():
-            def kd_run(q):
-                a = kc.decode_args(lib, q)
-                rt.single_decode(a, torch.cuda.current_stream().cuda_stream)
-
             def tr_run(q):
                 triton_kda.decode(q, act, o, variant)
 
-            rec["check"] = peer_check(torch, p0, kd_run, tr_run)
+            rec["check"] = peer_check(torch, p0, kd_decode, tr_run)
             rec["check"]["status"] = "ok" if rec["check"]["ok"] else "mismatch"
 
         attempt(rec, "check", run_check)
     if rec["kdajit"]["status"] == "ok" and rec["triton"]["status"] == "ok":
         rec["speedup"] = rec["triton"]["device_us"]["median"] / rec["kdajit"]["device_us"]["median"]
     rec["seconds"] = time.perf_counter() - t_start
-    del p0, work, act, o, kd_args
+    del p0, work, act, o
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return rec
@@ -491,20 +587,20 @@ def main(argv):
     faulthandler.dump_traceback_later(args.watchdog, exit=True)
 
     try:
-        lib = kc.Library(args.lib)
-    except kc.KdajitError as e:
-        log(f"error: {e}")
-        return EXIT_USAGE
-    log(f"kdajit {lib.version()} from {args.lib}; ctypes layout and init defaults match the C ABI")
-
-    try:
         import torch
     except ImportError as e:
         log(f"error: torch is needed: {e}")
         return EXIT_USAGE
     try:
-        log(f"ABI self-test (kdajit_validate_args on host tensors): {abi_selftest(lib)}")
-    except kc.KdajitError as e:
+        lib_path, origin = load_kdajit(args.lib)
+    except SetupError as e:
+        log(f"error: {e}")
+        return EXIT_USAGE
+    log(f"kdajit {kdajit.version()} from {lib_path} ({origin}) through the package at "
+        f"{os.path.dirname(kdajit.__file__)}; its ABI version and struct layout match the library")
+    try:
+        log(f"ABI self-test (kdajit.dry_run on host tensors, kdajit_validate_args): {abi_selftest()}")
+    except kdajit.KdajitError as e:
         log(f"error: {e}")
         return EXIT_FAILED
     if args.abi_only:
@@ -534,7 +630,8 @@ def main(argv):
         "gpu": {"name": props.name, "capability": f"{props.major}.{props.minor}",
                 "sms": props.multi_processor_count, "memory_gib": props.total_memory / 2**30},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "torch_cuda": torch.version.cuda, "triton": triton.__version__, "kdajit": lib.version()},
+                     "torch_cuda": torch.version.cuda, "triton": triton.__version__, "kdajit": kdajit.version()},
+        "kdajit_library": lib_path,
         "settings": {k: v for k, v in vars(args).items()},
         "tolerances": {"reference_output": REF_OUTPUT_TOL, "reference_state": REF_STATE_TOL,
                        "peer_output": PEER_OUTPUT_TOL, "peer_state": PEER_STATE_TOL},
@@ -544,9 +641,11 @@ def main(argv):
         f"torch {torch.__version__}, triton {triton.__version__}")
 
     try:
-        rt = lib.create_runtime(cache_dir=args.cache_dir)
-    except kc.KdajitError as e:
-        log(f"error: {e}")
+        # The process runtime, which every kdajit.fused_kda_decode call uses.
+        kdajit.configure(cache_dir=args.cache_dir)
+        kdajit.runtime()
+    except (kdajit.KdajitError, ValueError) as e:
+        log(f"error: kdajit runtime: {e}")
         return EXIT_USAGE
 
     exit_code = EXIT_OK
@@ -560,7 +659,7 @@ def main(argv):
             log("warning: torch.cuda._sleep is missing: replays are queued ungated (host gaps may be timed)")
 
         log("reference check (float64, H=2, 3 live + 1 null + 1 out-of-range row, padded rows):")
-        doc["reference_check"] = reference_check(torch, rt, lib, args.seed)
+        doc["reference_check"] = reference_check(torch, args.seed)
         triton_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"].startswith("triton"))
         kdajit_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"] == "kdajit")
         doc["triton_matches_reference"], doc["kdajit_matches_reference"] = triton_ref_ok, kdajit_ref_ok
@@ -578,7 +677,7 @@ def main(argv):
                 exit_code = EXIT_TIME_LIMIT
                 break
             try:
-                rec = measure_config(torch, timer, rt, lib, h, r, s, args.seed + 1 + i, args, roof_gbps)
+                rec = measure_config(torch, timer, h, r, s, args.seed + 1 + i, args, roof_gbps)
             except Exception as e:  # noqa: BLE001  (e.g. out of memory building the problem)
                 log(f"  H={h} R={r} {s}: {type(e).__name__}: {e}")
                 rec = {"heads": h, "rows": r, "state": s, "seconds": 0.0, "error": f"{type(e).__name__}: {e}",
@@ -604,7 +703,7 @@ def main(argv):
                 write_json(args.json, doc)
                 return EXIT_FAILED
     finally:
-        rt.close()
+        kdajit.runtime().close()  # the process runtime: nothing calls kdajit after this
 
     doc["status"] = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_TIME_LIMIT: "time_limit"}[exit_code]
     doc["total_seconds"] = time.perf_counter() - t_start
