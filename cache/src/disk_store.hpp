@@ -14,14 +14,10 @@
 #include <vector>
 
 #include "kdajit/cache.hpp"
+#include "safe_fs.hpp"
 
 namespace kdajit::cache_detail {
 
-inline constexpr size_t kShortHashLen = 16;
-inline constexpr const char* kSourceFile = "kernel.cu";
-inline constexpr const char* kCubinFile = "kernel.cubin";
-inline constexpr const char* kMetaFile = "meta.json";
-inline constexpr const char* kLastUsedFile = "last_used";
 // Bounds on what an entry's files may hold: a hostile entry cannot make a reader
 // allocate without limit.
 inline constexpr size_t kMaxCubinBytes = size_t{64} << 20;
@@ -33,46 +29,11 @@ std::string entry_stem(const KernelKey& key, std::string_view hash);
 
 int64_t now_ns();
 
-// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
-
 enum class LoadStatus { ok, absent, corrupt, untrusted };
 struct LoadResult {
   LoadStatus status = LoadStatus::absent;
   std::string reason;                  // why corrupt or untrusted
   std::shared_ptr<CacheEntry> entry;   // when ok
-};
-
-// An exclusive flock() on a per-key file; the OS releases it if the holder dies.
-class KeyLock {
- public:
-  KeyLock() = default;
-  explicit KeyLock(int fd);  // takes ownership of a descriptor holding the flock
-  KeyLock(KeyLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  KeyLock& operator=(KeyLock&& o) noexcept;
-  KeyLock(const KeyLock&) = delete;
-  KeyLock& operator=(const KeyLock&) = delete;
-  ~KeyLock();
-  bool held() const { return fd_ >= 0; }
-  void release();
-
- private:
-  int fd_ = -1;
 };
 
 // A staging directory tmp/<stem>.<random>; a crash leaves only this behind.
