@@ -1,5 +1,5 @@
 // The device buffers of one family of cells, filled on the device with random
-// data of roughly the spec section 8 distributions (a counter-based hash, so the
+// data of roughly the docs/CONTRACT.md §8 distributions (a counter-based hash, so the
 // fill takes milliseconds even for gigabytes of state), and the decode
 // arguments of each cell pointing at them.
 #pragma once

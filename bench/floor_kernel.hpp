@@ -1,5 +1,5 @@
 // The memory-pattern floor: a kernel that moves exactly the bytes of one decode
-// call (spec section 7) on the same device buffers, with no math, in a few launch
+// call (docs/CONTRACT.md §7) on the same device buffers, with no math, in a few launch
 // shapes; the fastest shape per cell is the cell's floor (README: "The floor kernel").
 #pragma once
 

@@ -1,5 +1,5 @@
 // The benchmark's options and its grid of cells (one cell = one decode call
-// configuration), with the bytes each call moves (spec section 7).
+// configuration), with the bytes each call moves (docs/CONTRACT.md §7).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ int64_t state_elem_bytes(kdajit_dtype_t t);
 int64_t rows_of(const Cell& c);  // R
 std::string cell_name(const Cell& c);
 
-// Bytes one call moves (spec section 7, every sequence L = T).
+// Bytes one call moves (docs/CONTRACT.md §7, every sequence L = T).
 int64_t bytes_per_call(const Cell& c);
 
 // The default grid (README) or the one the flags select; duplicates removed.

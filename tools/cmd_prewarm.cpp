@@ -190,9 +190,10 @@ void run_build(const Opts& o, const Selection& sel) {
     row.dir = r->entry->dir;
     row.not_stored = r->not_stored;
     std::string text = r->source == CacheSource::built
-                           ? fmt::format("{}  compiled in {:.0f} ms ({} registers, {} bytes spilled)", key_name(row.key),
-                                         row.ms, meta_number(r->entry->meta, "registers"),
-                                         meta_number(r->entry->meta, "spill_bytes"))
+                           ? fmt::format("{}  compiled in {:.0f} ms ({} registers, {} bytes spilled, NVRTC {})",
+                                         key_name(row.key), row.ms, meta_number(r->entry->meta, "registers"),
+                                         meta_number(r->entry->meta, "spill_bytes"),
+                                         r->entry->meta.value("nvrtc_version", std::string("?")))
                            : fmt::format("{}  cached", key_name(row.key));
     if (row.dir.empty()) text += "  (not stored on disk)";
     progress.report(text);

@@ -1,5 +1,5 @@
 // `kdajit selfcheck`: on a GPU, runs every cached kernel of the local arch on
-// fresh random data and checks it against the f64 reference (spec section 8).
+// fresh random data and checks it against the f64 reference (docs/CONTRACT.md §8).
 #include <algorithm>
 #include <map>
 #include <memory>

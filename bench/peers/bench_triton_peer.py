@@ -38,7 +38,7 @@ kdajit = None
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIME_LIMIT = 0, 1, 2, 3
 D = 128
 
-# Tolerances, relative L2. Against the float64 reference: spec section 8. Between
+# Tolerances, relative L2. Against the float64 reference: docs/CONTRACT.md §8. Between
 # kdajit and Triton: both carry their own rounding, hence about twice the spec's.
 REF_OUTPUT_TOL = 1e-2
 REF_STATE_TOL = {"f32": 1e-3, "bf16": 6e-3}
@@ -323,7 +323,7 @@ def copy_bandwidth(torch, mib, reps=10):
 
 def bytes_per_call(heads, rows, state):
     b = 4 if state == "f32" else 2
-    return rows * heads * (2 * D * D * b + 4608 + 1538)  # spec section 7
+    return rows * heads * (2 * D * D * b + 4608 + 1538)  # docs/CONTRACT.md §7
 
 
 # --- Checks --------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Random single-token KDA decode problems (spec section 8) and a float64 reference
-of the math (spec section 2), on torch tensors laid out as spec section 1 says."""
+"""Random single-token KDA decode problems (docs/CONTRACT.md §8) and a float64 reference
+of the math (docs/CONTRACT.md §2), on torch tensors laid out as docs/CONTRACT.md §1 says."""
 import dataclasses
 import math
 
@@ -77,7 +77,7 @@ def _rows(R, n, pad, dtype, device):
 
 def make_problem(heads, live_rows, state_dtype, device, seed, *, null_rows=0, oob_rows=0, spare_slots=3,
                  row_pad=0, norm_eps=1e-5, lower_bound=-5.0):
-    """Inputs drawn as spec section 8 says; live rows get distinct slots in a shuffled
+    """Inputs drawn as docs/CONTRACT.md §8 says; live rows get distinct slots in a shuffled
     order, null rows slot 0, out-of-range rows a slot >= S. S = live rows + the null
     slot + spare_slots (R + 4 by default, as kdajit_bench). The output is poisoned (NaN)."""
     H, hidden = heads, heads * D

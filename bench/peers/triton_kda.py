@@ -1,4 +1,4 @@
-"""The single-token KDA decode (spec section 2) as three Triton kernels, the way a
+"""The single-token KDA decode (docs/CONTRACT.md §2) as three Triton kernels, the way a
 serving engine composes it on Hopper today:
 
 1. conv_update_kernel: causal conv1d update + SiLU; shifts conv_state; writes the
@@ -7,9 +7,9 @@ serving engine composes it on Hopper today:
    writes o (bf16: rounding point 3) to a global buffer.
 3. gated_rmsnorm_kernel: RMSNorm of o with the output gate; writes output.
 
-Layouts follow spec section 1 (state [S, H, V, K], k fastest; conv_state with any
+Layouts follow docs/CONTRACT.md §1 (state [S, H, V, K], k fastest; conv_state with any
 strides, SD in the benchmark). Rows whose slot is not in 1..S-1 produce zeros and
-touch no state (spec section 3). Slots of live rows must be distinct.
+touch no state (docs/CONTRACT.md §3). Slots of live rows must be distinct.
 """
 import torch
 import triton

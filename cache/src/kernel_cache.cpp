@@ -304,8 +304,9 @@ struct KernelCache::Impl {
     entry->meta = std::move(meta);
 
     if (log_compiles)
-      log_info("compiled {} in {} ms ({} registers, {} bytes spilled)", name, meta_number(entry->meta, "compile_ms"),
-               meta_number(entry->meta, "registers"), meta_number(entry->meta, "spill_bytes"));
+      log_info("compiled {} in {} ms ({} registers, {} bytes spilled, NVRTC {})", name,
+               meta_number(entry->meta, "compile_ms"), meta_number(entry->meta, "registers"),
+               meta_number(entry->meta, "spill_bytes"), entry->meta.value("nvrtc_version", std::string("?")));
 
     if (!staging.empty()) {
       auto published = writer->publish(staging, *entry);

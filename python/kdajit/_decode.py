@@ -83,7 +83,7 @@ def fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, 
       dt_bias H*128 f32; state_indices R int32 (slot <= 0: null row); state [S, H, 128, 128] f32 or bf16;
       norm_weight 128 f32.
     lower_bound: the bounded gate's bound (< 0); None selects the softplus gate.
-    state_indices_mode: 'unique_or_null', 'positive_unique' or 'repeated_positive' (spec section 3).
+    state_indices_mode: 'unique_or_null', 'positive_unique' or 'repeated_positive' (docs/CONTRACT.md §3).
     Launches on torch's current stream of x's device. Returns output, allocated
     as [1, R, H, 128] bf16 when None. Contract violations raise ValueError,
     unsupported configurations NotImplementedError, before anything is written.

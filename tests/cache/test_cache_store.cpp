@@ -46,7 +46,7 @@ TEST_CASE("a build publishes a complete entry that later processes hit", "[cache
     CHECK(r->source == CacheSource::built);
     CHECK(calls == 1);
     CHECK(count_lines(log, "kdajit: compiled " + key_name(fb.key) + " in ") == 1);
-    CHECK(log.find("(42 registers, 0 bytes spilled)") != std::string::npos);
+    CHECK(log.find("(42 registers, 0 bytes spilled, NVRTC ") != std::string::npos);
     CHECK(count_lines(log, "kdajit:") == 1);
     dir = r->entry->dir;
     CHECK(dir == root.path() + "/sm_90/" + key_name(fb.key) + "." + fb.hash.substr(0, 16));

@@ -1,5 +1,5 @@
 // GPU tests on the device: every specialization against the f64 reference
-// (spec section 8), plus graph capture, determinism, layouts and slot rules.
+// (docs/CONTRACT.md §8), plus graph capture, determinism, layouts and slot rules.
 // One test case per kernel key, named by the key.
 #include <cuda.h>
 #include <cuda_runtime.h>

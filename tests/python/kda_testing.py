@@ -1,8 +1,8 @@
 """Test support for the Python package: random KDA decode problems laid out the
 way engines pass them (FlashInfer's and vLLM's shapes, padded strides, SD/DS
 conv layouts, shuffled slots, null and out-of-range rows), a float64 reference
-of the spec's math (shared/spec/kda-decode.md sections 2-4, rounding points 1-4),
-and the spec section 8 checks. Torch only; any device.
+of the spec's math (docs/CONTRACT.md §2-§4, rounding points 1-4),
+and the docs/CONTRACT.md §8 checks. Torch only; any device.
 """
 import os
 
@@ -94,7 +94,7 @@ def make_problem(op="single", heads=4, rows=5, *, tokens=1, seqs=None, slots=Non
                  conv="sd", gate="bounded", device="cpu", seed=0, null_rows=0, oob_rows=0, row_pad=16,
                  slot_pad=0, forms=None, norm_eps=1e-5, lower_bound=-5.0, mode="unique_or_null", lengths=None,
                  accepted=None, output=True):
-    """A random problem (spec section 8 distributions). op "packed": `seqs`
+    """A random problem (docs/CONTRACT.md §8 distributions). op "packed": `seqs`
     sequences of `lengths` (default: tokens each) rows in order; `accepted`
     num_accepted_tokens (default random in 1..T). forms: the accepted torch
     forms per argument (see the helpers), default FlashInfer's."""
@@ -232,7 +232,7 @@ def to_device(p, device):
     return Problem(p.op, args, views, p.lower_bound, p.norm_eps, p.mode)
 
 
-# --- The float64 reference (spec sections 2-4) ------------------------------------
+# --- The float64 reference (docs/CONTRACT.md §2-§4) ------------------------------------
 
 _BF16_MAX = 3.3895313892515355e38  # (2 - 2^-7) * 2^127
 
@@ -260,7 +260,7 @@ def _conv_taps(weight, hidden):
 
 def _token(xr, window_hist, taps, raw_gate_r, dt_bias, A, raw_beta_r, S, output_gate_r, norm_weight, gate,
            lower_bound, norm_eps, H):
-    """Steps 1-7 of spec section 2 for one token: returns (new S f64, output row f64 [H, D] bf16-rounded,
+    """Steps 1-7 of docs/CONTRACT.md §2 for one token: returns (new S f64, output row f64 [H, D] bf16-rounded,
     m) with window_hist [qkv, 3] the three history taps."""
     a = (window_hist * taps[:, :3]).sum(-1) + taps[:, 3] * xr
     m = _bf16(a * torch.sigmoid(a))
@@ -369,7 +369,7 @@ def bits(t):
 
 
 def check(tc, p, before, got_output, what=""):
-    """The spec section 8 checks of one call: tc a unittest.TestCase, p the problem
+    """The docs/CONTRACT.md §8 checks of one call: tc a unittest.TestCase, p the problem
     after the call, before a snapshot() of it from before the call, got_output the
     output the op returned."""
     want_out, want_conv, want_state = reference(before)

@@ -206,7 +206,7 @@ class Mapping(unittest.TestCase):
 
 class Helpers(unittest.TestCase):
     def test_builders_make_the_contract_layouts(self):
-        # Guards the test helpers themselves: the canonical views are what spec section 1 says.
+        # Guards the test helpers themselves: the canonical views are what docs/CONTRACT.md §1 says.
         c = conv_pool(4, 3 * 128, 3, "sd", 8, "cpu")
         self.assertEqual(c.stride(), (3 * 3 * 128 + 8, 1, 3 * 128))
         c = conv_pool(4, 3 * 128, 3, "ds", 0, "cpu")

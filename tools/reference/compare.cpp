@@ -1,4 +1,4 @@
-// The checker of spec section 8.
+// The checker of docs/CONTRACT.md §8.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -240,7 +240,7 @@ Result<Problem> Problem::make(const ProblemSpec& spec) {
   }
   p.repoint();
 
-  // Data (spec section 8), each tensor from its own stream in logical order.
+  // Data (docs/CONTRACT.md §8), each tensor from its own stream in logical order.
   auto fill = [&](Tensor t, Stream stream, double scale, double offset) {
     Rng rng(spec.seed, stream);
     const kdajit_tensor_t& v = p.view(t);

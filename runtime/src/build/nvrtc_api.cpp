@@ -9,6 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "kdajit/dl_symbol.hpp"
+#include "kdajit/log.hpp"
+
 namespace kdajit {
 
 namespace {
@@ -17,23 +20,17 @@ std::mutex g_mu;
 std::vector<std::string> g_candidates;  // step 2
 bool g_loaded = false;
 
-template <class Fn>
-bool bind(void* lib, Fn& fn, const char* symbol) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
-  return fn != nullptr;
-}
-
 // Binds every entry point of `lib`; false if one is missing.
 bool bind_all(void* lib, NvrtcApi& a) {
-  return bind(lib, a.nvrtcGetErrorString, "nvrtcGetErrorString") && bind(lib, a.nvrtcVersion, "nvrtcVersion") &&
-         bind(lib, a.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs") &&
-         bind(lib, a.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs") &&
-         bind(lib, a.nvrtcCreateProgram, "nvrtcCreateProgram") &&
-         bind(lib, a.nvrtcDestroyProgram, "nvrtcDestroyProgram") &&
-         bind(lib, a.nvrtcCompileProgram, "nvrtcCompileProgram") &&
-         bind(lib, a.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize") &&
-         bind(lib, a.nvrtcGetProgramLog, "nvrtcGetProgramLog") && bind(lib, a.nvrtcGetCUBINSize, "nvrtcGetCUBINSize") &&
-         bind(lib, a.nvrtcGetCUBIN, "nvrtcGetCUBIN");
+  return bind_symbol(lib, a.nvrtcGetErrorString, "nvrtcGetErrorString") && bind_symbol(lib, a.nvrtcVersion, "nvrtcVersion") &&
+         bind_symbol(lib, a.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs") &&
+         bind_symbol(lib, a.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs") &&
+         bind_symbol(lib, a.nvrtcCreateProgram, "nvrtcCreateProgram") &&
+         bind_symbol(lib, a.nvrtcDestroyProgram, "nvrtcDestroyProgram") &&
+         bind_symbol(lib, a.nvrtcCompileProgram, "nvrtcCompileProgram") &&
+         bind_symbol(lib, a.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize") &&
+         bind_symbol(lib, a.nvrtcGetProgramLog, "nvrtcGetProgramLog") && bind_symbol(lib, a.nvrtcGetCUBINSize, "nvrtcGetCUBINSize") &&
+         bind_symbol(lib, a.nvrtcGetCUBIN, "nvrtcGetCUBIN");
 }
 
 // One attempt: the loaded API, or why not (appended to `tried`).
@@ -89,6 +86,9 @@ Result<NvrtcApi> load() {
 Result<const NvrtcApi*> nvrtc() {
   static const Result<NvrtcApi> loaded = [] {
     auto r = load();
+    // Every compile's log line names the NVRTC version; its path (and what chose
+    // it) is here at debug level and in `kdajit env`.
+    if (r) log_debug("NVRTC {} from {} ({})", r->version, r->path, r->chosen_by);
     std::lock_guard lock(g_mu);
     g_loaded = true;
     return r;

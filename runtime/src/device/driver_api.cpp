@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "kdajit/dl_symbol.hpp"
+
 namespace kdajit {
 
 namespace {
@@ -14,12 +16,6 @@ struct Loaded {
   DriverApi api{};
   std::optional<Error> error;
 };
-
-template <class Fn>
-bool bind(void* lib, Fn& fn, const char* symbol) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
-  return fn != nullptr;
-}
 
 Loaded load() {
   Loaded out;
@@ -31,35 +27,35 @@ Loaded load() {
   }
   DriverApi& a = out.api;
   // Versioned names: the ones cuda.h maps the plain names to for this toolkit.
-  const bool ok = bind(lib, a.cuInit, "cuInit") && bind(lib, a.cuGetErrorName, "cuGetErrorName") &&
-                  bind(lib, a.cuGetErrorString, "cuGetErrorString") &&
-                  bind(lib, a.cuDeviceGetCount, "cuDeviceGetCount") && bind(lib, a.cuDeviceGet, "cuDeviceGet") &&
-                  bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
-                  bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-                  bind(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
-                  bind(lib, a.cuCtxGetCurrent, "cuCtxGetCurrent") && bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent") &&
-                  bind(lib, a.cuCtxPushCurrent, "cuCtxPushCurrent_v2") &&
-                  bind(lib, a.cuCtxPopCurrent, "cuCtxPopCurrent_v2") && bind(lib, a.cuCtxGetDevice, "cuCtxGetDevice") &&
-                  bind(lib, a.cuModuleLoadData, "cuModuleLoadData") && bind(lib, a.cuModuleUnload, "cuModuleUnload") &&
-                  bind(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
-                  bind(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
-                  bind(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
-                  bind(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx") &&
-                  bind(lib, a.cuStreamIsCapturing, "cuStreamIsCapturing") &&
-                  bind(lib, a.cuStreamGetCtx, "cuStreamGetCtx") && bind(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
-                  bind(lib, a.cuMemFree, "cuMemFree_v2") && bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
-                  bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize");
+  const bool ok = bind_symbol(lib, a.cuInit, "cuInit") && bind_symbol(lib, a.cuGetErrorName, "cuGetErrorName") &&
+                  bind_symbol(lib, a.cuGetErrorString, "cuGetErrorString") &&
+                  bind_symbol(lib, a.cuDeviceGetCount, "cuDeviceGetCount") && bind_symbol(lib, a.cuDeviceGet, "cuDeviceGet") &&
+                  bind_symbol(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
+                  bind_symbol(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+                  bind_symbol(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
+                  bind_symbol(lib, a.cuCtxGetCurrent, "cuCtxGetCurrent") && bind_symbol(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent") &&
+                  bind_symbol(lib, a.cuCtxPushCurrent, "cuCtxPushCurrent_v2") &&
+                  bind_symbol(lib, a.cuCtxPopCurrent, "cuCtxPopCurrent_v2") && bind_symbol(lib, a.cuCtxGetDevice, "cuCtxGetDevice") &&
+                  bind_symbol(lib, a.cuModuleLoadData, "cuModuleLoadData") && bind_symbol(lib, a.cuModuleUnload, "cuModuleUnload") &&
+                  bind_symbol(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
+                  bind_symbol(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
+                  bind_symbol(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
+                  bind_symbol(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx") &&
+                  bind_symbol(lib, a.cuStreamIsCapturing, "cuStreamIsCapturing") &&
+                  bind_symbol(lib, a.cuStreamGetCtx, "cuStreamGetCtx") && bind_symbol(lib, a.cuMemAlloc, "cuMemAlloc_v2") &&
+                  bind_symbol(lib, a.cuMemFree, "cuMemFree_v2") && bind_symbol(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+                  bind_symbol(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind_symbol(lib, a.cuCtxSynchronize, "cuCtxSynchronize");
   // Optional entry points (timing tools); a missing one stays null.
-  bind(lib, a.cuStreamCreate, "cuStreamCreate");
-  bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2");
-  bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize");
-  bind(lib, a.cuEventCreate, "cuEventCreate");
-  bind(lib, a.cuEventDestroy, "cuEventDestroy_v2");
-  bind(lib, a.cuEventRecord, "cuEventRecord");
-  bind(lib, a.cuEventSynchronize, "cuEventSynchronize");
-  if (!bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2")) bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime");
-  bind(lib, a.cuMemsetD32, "cuMemsetD32_v2");
-  bind(lib, a.cuMemsetD32Async, "cuMemsetD32Async");
+  bind_symbol(lib, a.cuStreamCreate, "cuStreamCreate");
+  bind_symbol(lib, a.cuStreamDestroy, "cuStreamDestroy_v2");
+  bind_symbol(lib, a.cuStreamSynchronize, "cuStreamSynchronize");
+  bind_symbol(lib, a.cuEventCreate, "cuEventCreate");
+  bind_symbol(lib, a.cuEventDestroy, "cuEventDestroy_v2");
+  bind_symbol(lib, a.cuEventRecord, "cuEventRecord");
+  bind_symbol(lib, a.cuEventSynchronize, "cuEventSynchronize");
+  if (!bind_symbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2")) bind_symbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime");
+  bind_symbol(lib, a.cuMemsetD32, "cuMemsetD32_v2");
+  bind_symbol(lib, a.cuMemsetD32Async, "cuMemsetD32Async");
   if (!ok) {
     out.error = Error(ErrorCode::cuda, "CUDA driver: libcuda.so.1 lacks a required entry point (driver older than CUDA 12?)");
     return out;

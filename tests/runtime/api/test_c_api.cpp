@@ -4,7 +4,10 @@
 // generated version, and a library that does not link NVRTC.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -16,6 +19,20 @@
 
 using kdajit::test::build_args;
 using kdajit::test::CallConfig;
+
+// A global operator new that throws std::bad_alloc while armed: it replaces the
+// one libkdajit.so calls too, so an allocation failure inside the library can
+// be provoked from here.
+namespace {
+std::atomic<bool> g_fail_allocations{false};
+}  // namespace
+void* operator new(std::size_t n) {
+  if (g_fail_allocations.load(std::memory_order_relaxed)) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -160,6 +177,33 @@ TEST_CASE("c api: configuration -> keys, sized buffers, pre-warm without a GPU",
   CHECK(last_error().rfind("key_name: kernel key name", 0) == 0);
   kdajit_runtime_destroy(rt);
   std::filesystem::remove_all(root);
+}
+
+TEST_CASE("c api: an exception inside the library is a status, never a crash", "[c_api]") {
+  kdajit_config_t c;
+  kdajit_config_init(&c);
+  c.arch = "sm_90";
+  size_t needed = 0;
+  g_fail_allocations = true;
+  const kdajit_status_t s = kdajit_config_keys(&c, nullptr, 0, &needed);  // builds strings: allocates
+  g_fail_allocations = false;
+  CHECK(s == KDAJIT_ERROR_INTERNAL);
+  // The library still works afterwards.
+  CHECK(kdajit_config_keys(&c, nullptr, 0, &needed) == KDAJIT_OK);
+  CHECK(needed > 1);
+}
+
+TEST_CASE("c api: a malformed KDAJIT_ARCH fails runtime creation, naming it", "[c_api]") {
+  ::setenv("KDAJIT_ARCH", "sm_89", 1);
+  kdajit_runtime_options_t o;
+  kdajit_runtime_options_init(&o);
+  kdajit_runtime_t* rt = nullptr;
+  const kdajit_status_t s = kdajit_runtime_create(&o, &rt);
+  ::unsetenv("KDAJIT_ARCH");
+  CHECK(s == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(rt == nullptr);
+  CHECK(last_error().find("KDAJIT_ARCH: expected one of sm_90|sm_90a|sm_100a|sm_103a|sm_120a, got 'sm_89'") !=
+        std::string::npos);
 }
 
 TEST_CASE("c api: libkdajit.so does not link NVRTC (it is dlopen'ed)", "[c_api]") {

@@ -2,12 +2,14 @@
 // validation itself on a synthetic call, so they agree with it over the whole
 // kernel key space by construction; the sweep below proves it.
 #include <array>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "catch.hpp"
 #include "decode_args_builder.hpp"
+#include "kdajit/presets.hpp"
 #include "kdajit/runtime/build/compile.hpp"
 #include "kdajit/runtime/call/support.hpp"
 #include "kdajit/runtime/call/validate.hpp"
@@ -149,6 +151,42 @@ TEST_CASE("support: the key a configuration gets, per rows and SM count", "[supp
   REQUIRE(keys->size() == 1);
   CHECK((*keys)[0].route == Route::sequential);
   CHECK_FALSE(config_key(c, 0).ok());
+}
+
+// A pre-warmed deployment never compiles at serving time: for every family of
+// each preset and a sweep of batch sizes, modes and SM counts, the key the
+// selector picks is in the preset.
+TEST_CASE("support: every key the selector picks for a preset's shapes is in the preset", "[support]") {
+  for (std::string_view preset : preset_names()) {
+    auto keys = preset_keys(preset, Arch::sm_90);
+    REQUIRE(keys.ok());
+    const std::set<KernelKey> have(keys->begin(), keys->end());
+    size_t checked = 0;
+    for (const KernelKey& k : *keys) {
+      kdajit_config_t c = default_config();
+      c.op = k.op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED;
+      c.heads = k.heads;
+      c.state_dtype = k.state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
+      c.conv_layout = k.conv == ConvLayout::sd ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
+      c.tokens = k.tokens;
+      c.gate = k.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+      c.arch = "sm_90";
+      for (auto mode : {KDAJIT_INDICES_UNIQUE_OR_NULL, KDAJIT_INDICES_POSITIVE_UNIQUE, KDAJIT_INDICES_REPEATED_POSITIVE}) {
+        if (k.op == Op::packed && mode == KDAJIT_INDICES_REPEATED_POSITIVE) continue;
+        c.state_indices_mode = mode;
+        for (int sms : {0, 16, 132, 148})
+          for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, int64_t{33}, int64_t{512}, int64_t{70000}}) {
+            c.sm_count = sms;
+            auto picked = config_key(c, rows);
+            REQUIRE(picked.ok());
+            INFO(preset << ": " << key_name(*picked) << " at rows " << rows << ", " << sms << " SMs");
+            CHECK(have.count(*picked) == 1);
+            ++checked;
+          }
+      }
+    }
+    CHECK(checked > 0);
+  }
 }
 
 // For every configuration, inside the key space and just outside it, the query

@@ -1,4 +1,4 @@
-// The random problems (spec section 8 draws, slots, padding) and the checker:
+// The random problems (docs/CONTRACT.md §8 draws, slots, padding) and the checker:
 // compare() must pass a correct result and flag a planted error in every tensor.
 #include <algorithm>
 #include <cmath>
@@ -37,7 +37,7 @@ TEST_CASE("problem: same seed same bytes, new seed new values, no zeros, shuffle
   // Draws are never exactly zero.
   for (int64_t r = 0; r < a.rows(); ++r)
     for (int64_t ch = 0; ch < 3 * 2 * D; ++ch) REQUIRE(get(a, Tensor::x, {r, ch}) != 0.0);
-  // Distributions roughly as in spec section 8 (mean, spread).
+  // Distributions roughly as in docs/CONTRACT.md §8 (mean, spread).
   double sum = 0, sum2 = 0, nw = 0;
   for (int64_t i = 0; i < 2 * D; ++i) {
     const double v = get(a, Tensor::dt_bias, {i});
@@ -196,7 +196,7 @@ TEST_CASE("problem: default_spec for every kind of preset key runs and checks cl
     const CompareReport rep = compare(expected, expected);
     INFO(rep.summary());
     CHECK(rep.pass);
-    // Rounding the exact output to bf16 alone costs about 2e-3 (spec section 8).
+    // Rounding the exact output to bf16 alone costs about 2e-3 (docs/CONTRACT.md §8).
     double err2 = 0, ref2 = 0;
     for (int64_t r = 0; r < p.rows(); ++r)
       for (int64_t h = 0; h < p.heads(); ++h)

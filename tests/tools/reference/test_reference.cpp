@@ -1,5 +1,5 @@
 // The f64 reference against independent scalar code and against identities
-// between the two ops (spec sections 2-4).
+// between the two ops (docs/CONTRACT.md §2-§4).
 #include <algorithm>
 #include <array>
 #include <bit>

@@ -1,5 +1,5 @@
 // Random KDA decode problems that own their host buffers, and the checker of
-// spec section 8. Used by test_reference, the GPU tests and `kdajit selfcheck`.
+// docs/CONTRACT.md §8. Used by test_reference, the GPU tests and `kdajit selfcheck`.
 //
 // A GPU check goes:
 //   auto p = Problem::make(spec).value();      // outputs come poisoned
@@ -74,7 +74,7 @@ struct BufferRef {
 
 class Problem {
  public:
-  // Data per spec section 8, fresh per seed. Every tensor is drawn from its own
+  // Data per docs/CONTRACT.md §8, fresh per seed. Every tensor is drawn from its own
   // stream in logical index order, so layout, padding and S do not change values.
   // Padding is filled with NaN bit patterns (a kernel that reads it shows NaN;
   // one that writes it fails the bytewise check). Outputs start poisoned.

@@ -1,4 +1,4 @@
-// The f64 CPU reference of both KDA decode ops (spec sections 2-4).
+// The f64 CPU reference of both KDA decode ops (docs/CONTRACT.md §2-§4).
 //
 // Every view's data is a HOST pointer. Arithmetic is f64; the spec's rounding
 // points are applied exactly where it puts them:
