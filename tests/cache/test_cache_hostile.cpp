@@ -286,7 +286,7 @@ TEST_CASE("an entry that cannot be replaced costs that key only", "[cache][hosti
     }
     write_text(entry + "/kernel.cubin", "garbage");
     fs::permissions(entry, fs::perms::none);
-    ::truncate(log.c_str(), 0);
+    REQUIRE(::truncate(log.c_str(), 0) == 0);
     KernelCache cache(opts(root));
     auto r = cache.lookup(stuck.key, stuck.hash, stuck.fn());
     auto f = cache.lookup(fresh.key, fresh.hash, fresh.fn());

@@ -68,8 +68,8 @@ TEST_CASE("two users: a shared 1777 root is not trusted, a planted cubin never r
   FakeBuild fb(key_h(16));
   // The issue's attack: another user replaced a cubin and its checksum in a shared root.
   plant_forged_entry(shared, fb, kAttacker);
-  ::chmod(shared.c_str(), 01777);
-  ::chown((shared + "/sm_90").c_str(), kAttacker, kAttacker);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);
+  REQUIRE(::chown((shared + "/sm_90").c_str(), kAttacker, kAttacker) == 0);
   auto before = read_text(shared + "/sm_90/" + stem_of(fb) + "/kernel.cubin");
   REQUIRE(before.rfind("ATTACKER", 0) == 0);
 
