@@ -1,3 +1,10 @@
+// The on-disk store of one cache layer: loading (with every check an entry
+// must pass: meta.json, the cubin checksum, the build hash), per-key locks,
+// staging and atomic publish, stamps, listing, verification, eviction, sweep and
+// clear. Over 500 lines because each operation is a short sequence of no-follow
+// steps on a possibly hostile root (the primitives are in safe_fs.cpp), and
+// splitting the operations apart would scatter the one review of the trust
+// model (docs/CACHE.md) over several files.
 #include "disk_store.hpp"
 
 #include <fcntl.h>
