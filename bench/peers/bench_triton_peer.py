@@ -6,8 +6,9 @@ same torch tensors; kdajit through the repository's Python package (python/kdaji
 kdajit.fused_kda_decode over the library given by --lib). bench/peers/README.md says
 what is measured and how to read it.
 
-One file (over 500 lines) on purpose: it is copied to and run on GPU hosts on
-its own, next to triton_kda.py and kda_problem.py.
+Over 500 lines: the driver of a comparison outside the library (options, the
+Triton tile search, timing, checks, JSON and table); the kernels and the problem
+generator are in triton_kda.py and kda_problem.py. Split it when it grows.
 
 Exit codes: 0 all measured and every check passed; 1 a check failed or a
 configuration could not be measured; 2 usage or environment error (no torch,
