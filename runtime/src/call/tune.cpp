@@ -154,22 +154,16 @@ class FamilyBuffers {
       qsl_, accepted_;
 };
 
-KernelKey family_of(const KernelKey& k) {
-  KernelKey f = k;
-  f.route = Route::rowcta;
-  f.arch = Arch::sm_90;
-  return f;
-}
-
 }  // namespace
 
-TuneIdentity tune_identity(const DriverApi& api, CUdevice dev, Arch arch) {
+TuneIdentity tune_identity(const DriverApi& api, CUdevice dev, Arch arch, bool with_nvrtc) {
   TuneIdentity id;
   char name[256] = {};
   if (api.cuDeviceGetName(name, sizeof name - 1, dev) == CUDA_SUCCESS) id.gpu_name = name;
   api.cuDeviceGetAttribute(&id.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   api.cuDriverGetVersion(&id.driver_version);
-  if (auto nv = nvrtc()) id.nvrtc_version = (*nv)->version;
+  if (with_nvrtc)
+    if (auto nv = nvrtc()) id.nvrtc_version = (*nv)->version;
   id.kdajit_version = KDAJIT_VERSION_STRING;
   id.arch = arch;
   return id;
@@ -229,7 +223,7 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
   std::set<KernelKey> done;
   const int64_t max_rows = *std::max_element(o.rows.begin(), o.rows.end());
   for (const KernelKey& k : o.families) {
-    KernelKey family = family_of(k);
+    KernelKey family = TuneTable::family_of(k);
     family.arch = device.arch;
     if (!done.insert(family).second) continue;
     CallShape probe;

@@ -142,6 +142,11 @@ std::string TuneTable::path_for(const std::string& cache_root, const TuneIdentit
   return fmt::format("{}/tune/{}/{}.sm{}.json", cache_root, to_string(id.arch), file_safe(id.gpu_name), id.sm_count);
 }
 
+bool TuneTable::present(const std::string& cache_root, const TuneIdentity& id) {
+  struct stat st {};
+  return !cache_root.empty() && ::lstat(path_for(cache_root, id).c_str(), &st) == 0;
+}
+
 Result<std::optional<TuneTable>> TuneTable::load(const std::string& cache_root, const TuneIdentity& id) {
   if (cache_root.empty()) return std::optional<TuneTable>{};
   const std::string path = path_for(cache_root, id);

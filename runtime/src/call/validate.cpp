@@ -371,7 +371,6 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   call.shape.mode = static_cast<IndicesMode>(mode);
   call.shape.rows = R;
   call.shape.num_seqs = packed ? N : 0;
-  call.num_slots = S;
 
   KdaParams& p = call.params;
   p.x = static_cast<const kda_bf16_bits*>(a.x.data);

@@ -27,7 +27,10 @@ Result<KernelRegistry::PerContext*> KernelRegistry::add_context(CUcontext ctx) {
   KDAJIT_TRY(cu_check(*api, r, "cuCtxGetDevice"));
   auto pc = std::make_unique<PerContext>();
   KDAJIT_TRY_ASSIGN(pc->device, device_traits(*api, dev, options_.arch));
-  if (options_.use_tuning && !options_.forced_route) {
+  // Only a table that is there costs loading NVRTC (its version is part of the
+  // identity the table is checked against); a cache hit needs no NVRTC otherwise.
+  if (options_.use_tuning && !options_.forced_route &&
+      TuneTable::present(cache_->root(), tune_identity(*api, dev, pc->device.arch, /*with_nvrtc=*/false))) {
     auto t = TuneTable::load(cache_->root(), tune_identity(*api, dev, pc->device.arch));
     if (!t) log_warning("{}; using the built-in route bands", t.error().message);
     else if (*t) pc->tuned = std::move(**t);
@@ -45,7 +48,7 @@ Result<Resolved> KernelRegistry::resolve(CUcontext ctx, const CallShape& call) {
       const PerContext& pc = *it->second;
       RoutePolicy policy{options_.forced_route, pc.tuned ? &*pc.tuned : nullptr};
       KDAJIT_TRY_ASSIGN(Route route, select_route(call, pc.device, policy));
-      Resolved out{key_for(call, route, pc.device.arch), pc.device, std::nullopt};
+      Resolved out{key_for(call, route, pc.device.arch), std::nullopt};
       if (auto k = pc.kernels.find(out.key); k != pc.kernels.end()) out.kernel = k->second;
       return out;
     }

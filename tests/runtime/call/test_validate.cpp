@@ -369,7 +369,7 @@ TEST_CASE("validate: the baselines pass and fill the parameter block", "[validat
     CHECK(v.shape.mode == IndicesMode::unique_or_null);
     CHECK(v.shape.rows == s.R);
     CHECK(v.shape.num_seqs == (cfg.op == Op::packed ? s.N : 0));
-    CHECK(v.num_slots == s.S);
+    CHECK(v.params.num_slots == s.S);
 
     const KdaParams& p = v.params;
     CHECK(static_cast<const void*>(p.x) == a.x.data);
@@ -472,7 +472,7 @@ TEST_CASE("validate: what the contract leaves free", "[validate]") {
           a.conv_state.strides[0] = 1;
         });
         r.ok()) {
-      CHECK(r->num_slots == 1);
+      CHECK(r->params.num_slots == 1);
       CHECK(r->params.state_slot_stride == s.H * 16384);
       CHECK(r->params.conv_slot_stride == s.qkv * s.K);
     }

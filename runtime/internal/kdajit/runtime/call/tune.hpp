@@ -41,6 +41,8 @@ struct TuneReport {
 Result<TuneReport> tune_routes(const TuneOptions& options);
 
 // What a tune table is keyed and checked by, for device `dev` targeted as `arch`.
-TuneIdentity tune_identity(const DriverApi& api, CUdevice dev, Arch arch);
+// with_nvrtc = false leaves nvrtc_version empty (no NVRTC is loaded): enough to
+// find the table's file, not to check it.
+TuneIdentity tune_identity(const DriverApi& api, CUdevice dev, Arch arch, bool with_nvrtc = true);
 
 }  // namespace kdajit

@@ -45,12 +45,17 @@ class TuneTable {
   // its family was tuned. The launch hot path: one hash probe, a short scan.
   std::optional<Route> route_for(const CallShape& call) const;
   size_t families() const { return bands_.size(); }
+  // The family of a key: the key with route and arch cleared (what bands are kept by).
+  static KernelKey family_of(const KernelKey& k);
 
   nlohmann::json to_json() const;
   static Result<TuneTable> from_json(const nlohmann::json& j);
 
   // <cache root>/tune/<arch>/<gpu name>.sm<count>.json (the name made file-safe).
   static std::string path_for(const std::string& cache_root, const TuneIdentity& id);
+  // Whether a table file exists where path_for() puts the one of `id` (its path
+  // does not depend on the NVRTC version, so this needs no NVRTC).
+  static bool present(const std::string& cache_root, const TuneIdentity& id);
   // Reads and checks the table for `id`: nullopt when there is none; a table
   // that is unreadable or whose identity differs is an error naming why (the
   // caller warns once and ignores it).
@@ -60,8 +65,6 @@ class TuneTable {
   Status save(const std::string& cache_root) const;
 
  private:
-  // The family: the key with route and arch cleared.
-  static KernelKey family_of(const KernelKey& k);
   TuneIdentity identity_;
   std::unordered_map<KernelKey, std::vector<Band>, KernelKeyHash> bands_;  // sorted by rows_lo
 };

@@ -13,8 +13,7 @@ namespace kdajit {
 // and the kernel parameter block with every pointer and stride filled.
 struct ValidatedCall {
   CallShape shape;
-  int64_t num_slots = 0;  // S
-  KdaParams params{};
+  KdaParams params{};  // params.num_slots is S
 };
 
 // Every rule of docs/CONTRACT.md §6. Reads no device memory and writes nothing.

@@ -26,11 +26,10 @@ struct LoadedKernel {
   CUfunction function = nullptr;
 };
 
-// What resolve() found: the key selection chose, the device, and the kernel
-// when it is loaded in the context already.
+// What resolve() found: the key selection chose, and the kernel when it is
+// loaded in the context already.
 struct Resolved {
   KernelKey key;
-  DeviceTraits device;
   std::optional<LoadedKernel> kernel;
 };
 
