@@ -128,6 +128,27 @@ __device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h,
   }
 }
 
+// ---- where phase B's state slice comes from ----
+// A state source has two hooks that kda_decode_head() calls with uniform
+// control flow: issue() at the very start (before any other load) and fetch()
+// at the start of phase B, which must leave the thread's slice in `raw`.
+//
+// GlobalState: the slice straight from global memory into registers, issued
+// first so that phase A runs while it is in flight.
+struct GlobalState {
+  __device__ __forceinline__ void issue(const KdaParams& p, int slot, int h, int v0, int warp, int lane,
+                                        U4 (&raw)[kRowsPerLane]) const {
+    state_load(p, slot, h, v0, warp, lane, raw);
+  }
+  __device__ __forceinline__ void fetch(int, int, U4 (&)[kRowsPerLane]) const {}
+};
+
+// The 16-byte unit of a thread's first row inside a [kVRows][kD] slice laid
+// out as in global memory (a shared-memory stage holds one such slice).
+__device__ __forceinline__ int slice_unit(int warp, int lane) {
+  return ((warp * kRowsPerWarp + lane / kLanesPerRow) * kD + (lane % kLanesPerRow) * kKPerLane) * kStateBytes / 16;
+}
+
 // ---- the work of one (sequence, head) ----
 // h: head. row0, L: the sequence's rows row0 .. row0+L-1 (1 <= L <= TT, all < R).
 // conv_slot, tap0: conv history = taps tap0..tap0+2 of conv_state[conv_slot].
@@ -141,9 +162,12 @@ __device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h,
 // read and written by the same thread with the same mapping on every call, and
 // each call ends its shared-memory use before the caller's __syncthreads, so a
 // CTA can walk rows that share a slot one after another.
-template <int TT>
+// state_in: where phase B's state slice comes from (GlobalState, or a
+// shared-memory stage the caller filled; see kda_stream.cuh).
+template <int TT, class StateIn = GlobalState>
 __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm, int h, long long row0, int L,
-                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank) {
+                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank,
+                                                StateIn&& state_in = StateIn{}) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -151,7 +175,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
 
   // Issue the whole state slice first; phase A runs while it is in flight.
   U4 raw[kRowsPerLane];
-  state_load(p, src_slot, h, v0, warp, lane, raw);
+  state_in.issue(p, src_slot, h, v0, warp, lane, raw);
 
   // ---- phase A0: issue every other load; stage per-token inputs in smem ----
   // Loads and stores only (plus a few scalar ops), so the loads of all
@@ -249,6 +273,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   // Nothing in registers is indexed by t, so the token loop stays rolled
   // (code size and compile time independent of T).
   float s[kRowsPerLane][kKPerLane];
+  state_in.fetch(warp, lane, raw);
   state_unpack(raw, s);
   const int k0 = (lane % kLanesPerRow) * kKPerLane;
   constexpr int kVals = 2 * kRowsPerLane;  // S'k and S'q of every row

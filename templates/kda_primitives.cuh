@@ -187,6 +187,11 @@ __device__ __forceinline__ void zero_rows(const KdaParams& p, int h, long long r
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+// A shared-memory address as the 32-bit offset PTX shared-state spaces take.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 // ---- thread-block clusters (routes with KDA_SPLIT > 1) ----
 __device__ __forceinline__ int cluster_rank() {
   unsigned r;
@@ -200,10 +205,46 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 // Stores v into the shared-memory float at `local` in the CTA of cluster rank `rank`.
 __device__ __forceinline__ void store_cluster_f32(float* local, int rank, float v) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  const unsigned addr = smem_addr(local);
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+
+// ---- mbarrier and the bulk copy engine (route stream) ----
+// A CTA-local mbarrier that one thread arms with the byte count of the copies
+// it issues; the copies complete it (complete_tx), every thread waits on its
+// phase parity.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (the copy engine).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"  // labels inside { } are local to this copy of the asm
+      "KDA_MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra KDA_MBAR_WAIT;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Orders this thread's earlier generic-proxy accesses of shared memory (the
+// reads of a stage, made CTA-wide by a barrier before) before the async
+// proxy's writes that follow.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+// to this CTA's shared memory; completion is counted on `bar`.
+__device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
 }
 
 }  // namespace kda

@@ -10,33 +10,16 @@
 #endif
 
 #include "kda_params.h"
-#include "kda_head.cuh"
+#include "kda_single_row.cuh"
 
 static_assert(KDA_T == 1 && KDA_SPLIT == 1, "kda_single_decode (rowcta) is the T = 1 op on one CTA per (row, head)");
-
-namespace kda {
-
-// One row of head h: null (s <= 0) or out-of-range (s >= S) slots give zeros and
-// no state or conv traffic (counted by head 0 only, so the counter counts rows).
-__device__ __forceinline__ void single_row(const KdaParams& p, Smem<1>& sm, int h, int r) {
-  const int s = p.state_indices[r];
-  if (!slot_valid(s, p.num_slots)) {
-    if (s >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr) atomicAdd(p.oob_counter, 1);
-    zero_rows(p, h, r, r + 1);
-    return;
-  }
-  // Conv history taps 0..2, state from and checkpoint to the same slot.
-  kda_decode_head<1>(p, sm, h, r, 1, s, 0, s, s, 0);
-}
-
-}  // namespace kda
 
 extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
     kda_single_decode(const __grid_constant__ KdaParams p) {
   __shared__ kda::Smem<1> sm;
   kda::pdl_wait();  // everything below may read what the previous kernel wrote
   for (int r = blockIdx.y; r < p.rows; r += gridDim.y) {
-    kda::single_row(p, sm, blockIdx.x, r);
+    kda::single_row(p, sm, blockIdx.x, r, p.state_indices[r]);
     __syncthreads();  // the next row reuses the shared memory
   }
 }

@@ -12,7 +12,7 @@
 #endif
 
 #include "kda_params.h"
-#include "kda_head.cuh"
+#include "kda_single_row.cuh"
 
 static_assert(KDA_T == 1 && KDA_SPLIT == 1, "kda_single_decode (sequential) is the T = 1 op on one CTA per head");
 
@@ -22,13 +22,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
   const int h = blockIdx.x;
   kda::pdl_wait();
   for (int r = 0; r < p.rows; ++r) {
-    const int s = p.state_indices[r];
-    if (!kda::slot_valid(s, p.num_slots)) {
-      if (s >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr) atomicAdd(p.oob_counter, 1);
-      kda::zero_rows(p, h, r, r + 1);
-    } else {
-      kda::kda_decode_head<1>(p, sm, h, r, 1, s, 0, s, s, 0);
-    }
+    kda::single_row(p, sm, h, r, p.state_indices[r]);
     __syncthreads();  // this row's state, conv and shared-memory use end before the next row
   }
 }

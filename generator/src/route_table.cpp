@@ -24,7 +24,7 @@ int rowcta_threads(const KernelKey& k) {
 }
 int threads_256(const KernelKey&) { return 256; }
 
-LaunchGrid rowcta_grid(const CallShape& c) {
+LaunchGrid rowcta_grid(const CallShape& c, const DeviceTraits&) {
   const uint32_t heads = static_cast<uint32_t>(c.family.heads);
   if (c.family.op == Op::single) return {heads, clamp_grid(c.rows), 1};  // rows beyond grid y: the kernel's row loop
   // Packed: one CTA per (item, head), items = max(N, R); grid z carries the overflow of y.
@@ -33,15 +33,27 @@ LaunchGrid rowcta_grid(const CallShape& c) {
   return {heads, y, static_cast<uint32_t>((items + y - 1) / y)};
 }
 
-LaunchGrid sequential_grid(const CallShape& c) { return {static_cast<uint32_t>(c.family.heads), 1, 1}; }
+LaunchGrid sequential_grid(const CallShape& c, const DeviceTraits&) { return {static_cast<uint32_t>(c.family.heads), 1, 1}; }
 
 // Cluster routes: grid y = cluster x rows per wave; the kernel loops over rows
 // with a stride of gridDim.y / cluster.
 template <int C>
-LaunchGrid split_grid(const CallShape& c) {
+LaunchGrid split_grid(const CallShape& c, const DeviceTraits&) {
   const int64_t rows = std::min<int64_t>(c.rows, kMaxGridY / C);
   return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(rows * C), 1};
 }
+
+// Persistent: one CTA per item up to `occupancy` resident CTAs on every SM;
+// the kernel walks items i = blockIdx.x + k * gridDim.x.
+constexpr int kStreamOccupancy = 2;
+LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
+  const int64_t per_head = c.family.op == Op::single ? c.rows : std::max(c.num_seqs, c.rows);
+  const int64_t items = per_head * c.family.heads;
+  const int64_t resident = int64_t{kStreamOccupancy} * std::max(device.sm_count, 1);
+  return {static_cast<uint32_t>(std::clamp<int64_t>(items, 1, resident)), 1, 1};
+}
+// bf16 slices (32 KiB) fit two stages next to two CTAs per SM; f32 (64 KiB) one.
+int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 : 1; }
 
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
@@ -61,12 +73,22 @@ constexpr RouteSpec kRoutes[] = {
      "distributed shared memory",
      // Three CTAs per SM: 78-79 registers, no spills (four would spill).
      {"kda_single_split.cu", ""}, 4, 3, threads_256, not_repeated, kNotRepeated, split_grid<4>},
+    {Route::stream,
+     "a persistent grid (two CTAs per SM) walks the (row or sequence, head) items; the bulk copy engine streams the "
+     "next items' state slices into shared memory while the current one computes",
+     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256, not_repeated, kNotRepeated,
+     stream_grid, stream_stages},
 };
 static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
 
 }  // namespace
 
 std::span<const RouteSpec> route_table() { return kRoutes; }
+
+uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {
+  const uint32_t slice = uint32_t{kHeadDim} * kHeadDim * (key.state == StateDtype::bf16 ? 2 : 4);
+  return static_cast<uint32_t>(stage_count(key)) * slice;
+}
 
 const RouteSpec& route_spec(Route route) {
   const size_t i = static_cast<size_t>(route);

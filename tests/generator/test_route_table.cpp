@@ -73,11 +73,36 @@ TEST_CASE("route table: every key of every route generates its own template with
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy) + "\n") != std::string::npos);
+        const bool has_stages = src->find("#define KDA_STAGES ") != std::string::npos;
+        CHECK(has_stages == (r.stage_count(k) > 0));
+        if (has_stages) CHECK(src->find("#define KDA_STAGES " + std::to_string(r.stage_count(k)) + "\n") != std::string::npos);
         CHECK(src->find(std::string("extern \"C\" __global__")) != std::string::npos);
         CHECK(src->find(std::string(entry_name(op))) != std::string::npos);
       }
     }
   }
+}
+
+TEST_CASE("route table: shared-memory stages fit the SM next to the route's other CTAs", "[routes]") {
+  // Hopper and Blackwell: 227 KiB of shared memory per CTA, 228 KiB per SM, of
+  // which 1 KiB per resident CTA is the system's; plus the kernel's static
+  // shared memory (Smem<1>, under 4 KiB, and the barriers).
+  // Smem<T> (templates/kda_head.cuh) is under 2 KiB per token plus 2 KiB.
+  constexpr uint32_t kPerSm = 228 * 1024, kPerCta = 227 * 1024, kSystem = 1024;
+  for (const RouteSpec& r : route_table())
+    for (Op op : all_values<Op>())
+      for (int tokens : {1, 4, 16}) {
+        if (!r.serves(op) || (op == Op::single && tokens != 1)) continue;
+        for (StateDtype st : all_values<StateDtype>()) {
+          const KernelKey k{op, 64, st, ConvLayout::sd, tokens, Gate::bounded, r.route, Arch::sm_90};
+          INFO(key_name(k));
+          const uint32_t smem = r.dynamic_smem_bytes(k);
+          CHECK(smem == static_cast<uint32_t>(r.stage_count(k)) * 128u * 128u * (st == StateDtype::bf16 ? 2u : 4u));
+          const uint32_t per_cta = smem + 2048u * static_cast<uint32_t>(tokens) + 2048u + kSystem;
+          CHECK(per_cta <= kPerCta);
+          CHECK(static_cast<uint32_t>(r.occupancy) * per_cta <= kPerSm);
+        }
+      }
 }
 
 TEST_CASE("route table: a key whose route does not serve its op is invalid", "[routes]") {
@@ -123,8 +148,17 @@ TEST_CASE("route table: grids cover every row or item within the grid limits", "
       for (Op op : all_values<Op>()) {
         if (!r.serves(op)) continue;
         const CallShape c = op == Op::single ? shape(op, 5, rows) : shape(op, 5, rows, rows);
-        const LaunchGrid g = r.grid(c);
+        const DeviceTraits h200{Arch::sm_90, 132};
+        const LaunchGrid g = r.grid(c, h200);
         INFO(r.name() << " " << to_string(op) << " rows " << rows);
+        if (r.route == Route::stream) {
+          // Persistent: one CTA per (row, head) item up to `occupancy` per SM;
+          // the kernel walks items with stride gridDim.x.
+          CHECK(g.x == std::min<int64_t>(rows * 5, int64_t{r.occupancy} * h200.sm_count));
+          CHECK(g.y == 1u);
+          CHECK(g.z == 1u);
+          continue;
+        }
         CHECK(g.x == 5u);
         CHECK(g.y >= 1u);
         CHECK(g.y <= kMaxGridY);

@@ -191,12 +191,14 @@ std::vector<KernelKey> test_keys() {
           add({op, h, i % 2 ? StateDtype::bf16 : StateDtype::f32, (i / 2) % 2 ? ConvLayout::ds : ConvLayout::sd,
                op == Op::single ? 1 : 3, g, r.route, arch});
         }
-  // Packed T 1..8 beyond the presets' 2..4.
-  for (int t : {1, 5, 6, 7, 8}) {
-    ++i;
-    add({Op::packed, 16, i % 2 ? StateDtype::bf16 : StateDtype::f32, i % 3 ? ConvLayout::ds : ConvLayout::sd, t,
-         t % 2 ? Gate::softplus : Gate::bounded, Route::rowcta, arch});
-  }
+  // Packed T 1..8 beyond the presets' 2..4, every packed route.
+  for (int t : {1, 5, 6, 7, 8})
+    for (const RouteSpec& r : route_table()) {
+      if (!r.serves(Op::packed)) continue;
+      ++i;
+      add({Op::packed, 16, i % 2 ? StateDtype::bf16 : StateDtype::f32, i % 3 ? ConvLayout::ds : ConvLayout::sd, t,
+           t % 2 ? Gate::softplus : Gate::bounded, r.route, arch});
+    }
   // Softplus on a preset shape, both dtypes, every single-op route.
   for (auto st : {StateDtype::f32, StateDtype::bf16})
     for (const RouteSpec& r : route_table())
@@ -215,6 +217,25 @@ const bool registered = [] {
 
 KernelKey key_of(Op op, int h, StateDtype st, ConvLayout cv, int t, Gate g = Gate::bounded) {
   return {op, h, st, cv, t, g, Route::rowcta, device_arch()};
+}
+
+// Enough items (rows or sequences x heads) that each CTA of route stream's
+// grid (<= 2 x SMs) walks several, with null and out-of-range slots (single)
+// or empty, short and non-live sequences (packed) spread among them.
+void walk_several_items(ProblemSpec& s) {
+  const int64_t target = 4 * 2 * 132;  // items
+  if (s.op == KDAJIT_OP_SINGLE) {
+    s.rows = static_cast<int>(std::max<int64_t>(s.rows, (target + s.heads - 1) / s.heads));
+    s.null_rows = s.rows / 9;
+    s.oob_rows = s.rows / 13;
+  } else {
+    const std::vector<int> base = s.seq_lens;
+    std::vector<int> lens;
+    while (static_cast<int64_t>(lens.size()) * s.heads < target) lens.insert(lens.end(), base.begin(), base.end());
+    s.seq_lens = lens;
+    s.null_rows = static_cast<int>(lens.size()) / 11;
+    s.oob_rows = static_cast<int>(lens.size()) / 17;
+  }
 }
 
 // Every route that serves `op`.
@@ -472,7 +493,24 @@ TEST_CASE("sanitizer cases", "[sanitize]") {
             s.mode = KDAJIT_INDICES_REPEATED_POSITIVE;
             s.null_rows = s.oob_rows = 0;  // the mode promises positive slots
           }
+          if (route == Route::stream) walk_several_items(s);
           check_problem(s, runtime_for(route));
+        }
+      }
+}
+
+// Route stream: every CTA walks several items (its grid is at most two CTAs per
+// SM), with null, out-of-range, empty and dead items between live ones, so
+// stages are passed on without a copy and reused after one.
+TEST_CASE("stream: CTAs walk several items, with items that need no state among them", "[gpu]") {
+  for (auto op : {Op::single, Op::packed})
+    for (auto st : {StateDtype::f32, StateDtype::bf16})
+      for (int heads : {3, 16}) {
+        DYNAMIC_SECTION(to_string(op) << " " << to_string(st) << " H " << heads) {
+          ProblemSpec s = ref::default_spec(key_of(op, heads, st, ConvLayout::sd, op == Op::single ? 1 : 4),
+                                            555 + heads + static_cast<int>(st));
+          walk_several_items(s);
+          check_problem(s, runtime_for(Route::stream));
         }
       }
 }

@@ -13,7 +13,7 @@ TEST_CASE("8 kdajit prewarm processes on 16 keys compile each key exactly once",
   // Sixteen keys written three ways: a pattern, plus a key name and a key object that
   // repeat two of its keys (deduplicated).
   write_text(scratch / "manifest.json", R"([
-    {"op": "packed", "heads": [16, 64], "state": ["f32", "bf16"], "conv": ["sd", "ds"], "t": [2, 3], "gate": "bounded"},
+    {"op": "packed", "heads": [16, 64], "state": ["f32", "bf16"], "conv": ["sd", "ds"], "t": [2, 3], "gate": "bounded", "route": "rowcta"},
     ")" + name_of("bf16", 16, 2) + R"(",
     {"op": "packed", "heads": 64, "state": "f32", "conv": "ds", "t": 3, "gate": "bounded", "route": "rowcta", "arch": "sm_90"}
   ])");

@@ -24,7 +24,7 @@ enum class StateDtype : uint8_t { f32, bf16 };
 enum class ConvLayout : uint8_t { sd, ds };
 enum class Gate : uint8_t { bounded, softplus };
 // One value per row of the route table (generator/src/route_table.cpp).
-enum class Route : uint8_t { rowcta, sequential, split2, split4 };
+enum class Route : uint8_t { rowcta, sequential, split2, split4, stream };
 enum class Arch : uint8_t { sm_90, sm_90a, sm_100a, sm_103a, sm_120a };
 
 inline constexpr int kHeadDim = 128;  // D
@@ -59,7 +59,7 @@ struct KeyField<Gate> {
 template <>
 struct KeyField<Route> {
   static constexpr std::string_view name = "route";
-  static constexpr std::array<std::string_view, 4> values = {"rowcta", "sequential", "split2", "split4"};
+  static constexpr std::array<std::string_view, 5> values = {"rowcta", "sequential", "split2", "split4", "stream"};
 };
 template <>
 struct KeyField<Arch> {

@@ -58,10 +58,16 @@ struct RouteSpec {
   // the sequential route applies repeated slots in row order), on `device`.
   bool (*eligible)(const CallShape& call, const DeviceTraits& device) = nullptr;
   std::string_view eligibility;  // the same rule in words (CLI, errors)
-  // The launch grid for a validated call.
-  LaunchGrid (*grid)(const CallShape& call) = nullptr;
+  // The launch grid for a validated call on `device`.
+  LaunchGrid (*grid)(const CallShape& call, const DeviceTraits& device) = nullptr;
+  // Shared-memory state stages per CTA for a key (KDA_STAGES; 0: the route
+  // has none). Each holds one (slot, head) state slice in dynamic shared memory.
+  int (*stages)(const KernelKey& key) = nullptr;
 
   std::string_view name() const { return to_string(route); }
+  int stage_count(const KernelKey& key) const { return stages ? stages(key) : 0; }
+  // Dynamic shared memory of a launch: the stages (bytes).
+  uint32_t dynamic_smem_bytes(const KernelKey& key) const;
   bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
   std::string_view template_file(Op op) const { return templates[static_cast<size_t>(op)]; }
 };

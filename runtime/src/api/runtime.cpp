@@ -149,14 +149,14 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
 
   // Everything about the launch shape comes from the route's row of the table.
   const RouteSpec& route = route_spec(r.key.route);
-  const LaunchGrid grid = route.grid(call.shape);
+  const LaunchGrid grid = route.grid(call.shape, r.device);
   CUlaunchConfig cfg{};
   cfg.gridDimX = grid.x;
   cfg.gridDimY = grid.y;
   cfg.gridDimZ = grid.z;
   cfg.blockDimX = static_cast<unsigned>(route.threads(r.key));
   cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = 0;
+  cfg.sharedMemBytes = route.dynamic_smem_bytes(r.key);
   cfg.hStream = cu_stream;
   CUlaunchAttribute attrs[2]{};
   unsigned n = 0;

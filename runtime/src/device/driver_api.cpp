@@ -38,6 +38,7 @@ Loaded load() {
                   bind_symbol(lib, a.cuCtxPopCurrent, "cuCtxPopCurrent_v2") && bind_symbol(lib, a.cuCtxGetDevice, "cuCtxGetDevice") &&
                   bind_symbol(lib, a.cuModuleLoadData, "cuModuleLoadData") && bind_symbol(lib, a.cuModuleUnload, "cuModuleUnload") &&
                   bind_symbol(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
+                  bind_symbol(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute") &&
                   bind_symbol(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
                   bind_symbol(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
                   bind_symbol(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx") &&

@@ -48,7 +48,7 @@ Result<Resolved> KernelRegistry::resolve(CUcontext ctx, const CallShape& call) {
       const PerContext& pc = *it->second;
       RoutePolicy policy{options_.forced_route, pc.tuned ? &*pc.tuned : nullptr};
       KDAJIT_TRY_ASSIGN(Route route, select_route(call, pc.device, policy));
-      Resolved out{key_for(call, route, pc.device.arch), std::nullopt};
+      Resolved out{key_for(call, route, pc.device.arch), std::nullopt, pc.device};
       if (auto k = pc.kernels.find(out.key); k != pc.kernels.end()) out.kernel = k->second;
       return out;
     }
@@ -79,6 +79,18 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
       !s) {
     api->cuModuleUnload(mod);
     return std::move(s).error();
+  }
+  // Routes with shared-memory stages opt in to their dynamic shared memory
+  // (above 48 KiB a launch fails without it).
+  if (const uint32_t smem = route_spec(key.route).dynamic_smem_bytes(key); smem > 0) {
+    if (Status s = cu_check(*api,
+                            api->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    static_cast<int>(smem)),
+                            fmt::format("cuFuncSetAttribute({}, max dynamic shared memory {} bytes)", key_name(key), smem));
+        !s) {
+      api->cuModuleUnload(mod);
+      return std::move(s).error();
+    }
   }
   std::unique_lock lock(mu_);
   pc->kernels.emplace(key, k);

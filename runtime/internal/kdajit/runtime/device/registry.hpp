@@ -31,6 +31,7 @@ struct LoadedKernel {
 struct Resolved {
   KernelKey key;
   std::optional<LoadedKernel> kernel;
+  DeviceTraits device;  // the context's device (the launch grid of some routes depends on its SM count)
 };
 
 struct RegistryOptions {

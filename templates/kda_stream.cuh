@@ -1,0 +1,138 @@
+// The technique of route stream: a persistent grid whose CTAs walk work items
+// while the bulk copy engine streams the state slices of their next items into
+// shared memory (docs/DESIGN.md, "Route stream").
+//
+// Why: in rowcta each CTA loads its slice, computes, then stores, so with two
+// CTAs per SM the DRAM idles through the compute phases; with bf16 state (half
+// the bytes for the same math) that left the op 25-40% above the memory floor.
+// Here the slice of item j + KDA_STAGES is in flight while item j computes.
+//
+// Launch: grid (G, 1, 1), G = min(items, occupancy x SMs) (route table), block
+// KDA_THREADS, dynamic shared memory KDA_STAGES x one slice (the route table;
+// the launcher opts in above 48 KiB). CTA b handles items b, b + G, ...
+//
+// Per item j of a CTA (stage j % KDA_STAGES): its source slot was read
+// KDA_STAGES items earlier, and if valid, thread 0 armed the stage's mbarrier
+// with the slice's bytes and issued the copies then. The item waits on that
+// barrier at phase B, reads its slice into registers, and after a CTA barrier
+// (the stage is free) thread 0 requests the slice of item j + KDA_STAGES into
+// it. An item that needs no state (null slot, not live) passes its stage on at
+// once. Every requested copy is waited for, so none is in flight at exit.
+#ifndef KDAJIT_KDA_STREAM_CUH
+#define KDAJIT_KDA_STREAM_CUH
+
+#ifndef KDA_STAGES
+#define KDA_STAGES 1  // hole: shared-memory state stages (items in flight ahead), 1 or 2
+#endif
+
+#include "kda_params.h"
+#include "kda_head.cuh"
+
+namespace kda {
+
+enum : int {
+  kStages = KDA_STAGES,
+  kSliceBytes = kVRows * kD * kStateBytes,  // one (slot, head) state slice, contiguous in the pool
+  kSliceUnits = kSliceBytes / 16,
+  kCopyChunks = 4,  // bulk copies per slice (issued back to back by one thread)
+};
+static_assert(kStages == 1 || kStages == 2, "KDA_STAGES must be 1 or 2");
+static_assert(kSplit == 1, "a stage holds a whole slice");
+static_assert(kSliceBytes % (16 * kCopyChunks) == 0, "bulk copies move multiples of 16 bytes");
+
+// Thread 0: requests the slice of (slot, h) into `stage`, counted on `bar`. The
+// caller made every earlier read of `stage` CTA-wide (a barrier) and waited
+// for the stage's previous copy.
+__device__ __forceinline__ void request_slice(const KdaParams& p, int slot, int h, U4* stage,
+                                              unsigned long long* bar) {
+  const char* src = static_cast<const char*>(p.state) +
+                    (static_cast<long long>(slot) * p.state_slot_stride + static_cast<long long>(h) * kD * kD) *
+                        kStateBytes;
+  fence_proxy_async();
+  mbar_arrive_expect_tx(bar, kSliceBytes);
+  constexpr int kChunk = kSliceBytes / kCopyChunks;
+#pragma unroll
+  for (int c = 0; c < kCopyChunks; ++c)
+    bulk_copy_to_smem(reinterpret_cast<char*>(stage) + c * kChunk, src + c * kChunk, kChunk, bar);
+}
+
+// The state source of one item (kda_decode_head()): its stage, and what to
+// request into the stage once every thread has read it (slot 0: nothing).
+struct StagedState {
+  const KdaParams* p;
+  U4* stage;
+  unsigned long long* bar;
+  unsigned parity;
+  int next_slot;
+  int next_head;
+  bool fetched = false;
+
+  __device__ __forceinline__ void issue(const KdaParams&, int, int, int, int, int, U4 (&)[kRowsPerLane]) const {}
+  __device__ __forceinline__ void fetch(int warp, int lane, U4 (&raw)[kRowsPerLane]) {
+    mbar_wait(bar, parity);
+    const U4* src = stage + slice_unit(warp, lane);
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) raw[i] = src[i * kSliceRowStride];
+    __syncthreads();  // the stage is free
+    if (threadIdx.x == 0 && slot_valid(next_slot, p->num_slots)) request_slice(*p, next_slot, next_head, stage, bar);
+    fetched = true;
+  }
+};
+
+// Walks this CTA's items. Work (one per op):
+//   long long items(p)         the launch's items
+//   int head(i)                the head of item i (its slice's head)
+//   int source_slot(p, i)      the state slot item i reads, or 0 when it needs none
+//   void run(p, i, slot, in)   item i, calling in.fetch() exactly when slot is valid
+template <class Work>
+__device__ __forceinline__ void stream_items(const KdaParams& p, Work& work, U4* stages, unsigned long long* bars) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int k = 0; k < kStages; ++k) mbar_init(&bars[k]);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  pdl_wait();  // everything below may read what the previous kernel wrote
+
+  const long long items = work.items(p);
+  const long long step = gridDim.x;
+  auto slot_of = [&](long long i) { return i < items ? work.source_slot(p, i) : 0; };
+  // ring[k]: source slot of this CTA's item j + k (the current item is j).
+  int ring[kStages + 1];
+#pragma unroll
+  for (int k = 0; k < kStages; ++k) {
+    const long long i = blockIdx.x + k * step;
+    ring[k] = slot_of(i);
+    if (threadIdx.x == 0 && slot_valid(ring[k], p.num_slots))
+      request_slice(p, ring[k], work.head(i), stages + k * kSliceUnits, &bars[k]);
+  }
+  unsigned phases = 0;  // bit k: parity of stage k's next completion
+  int st = 0;           // stage of the current item
+  for (long long i = blockIdx.x; i < items; i += step) {
+    const long long ahead = i + kStages * step;
+    ring[kStages] = slot_of(ahead);
+    StagedState in{&p, stages + st * kSliceUnits, &bars[st], (phases >> st) & 1u, ring[kStages],
+                   ahead < items ? work.head(ahead) : 0};
+    const bool requested = slot_valid(ring[0], p.num_slots);
+    work.run(p, i, ring[0], in);
+    if (!in.fetched) {
+      // No state needed (or, defensively, a requested slice the item did not
+      // read): the stage is idle once its copy, if any, has landed.
+      if (requested) {
+        mbar_wait(in.bar, in.parity);
+        __syncthreads();  // every thread saw this phase complete before the barrier is armed again
+      }
+      if (threadIdx.x == 0 && slot_valid(in.next_slot, p.num_slots))
+        request_slice(p, in.next_slot, in.next_head, in.stage, in.bar);
+    }
+    if (requested) phases ^= 1u << st;
+#pragma unroll
+    for (int k = 0; k < kStages; ++k) ring[k] = ring[k + 1];
+    st = kStages == 1 ? 0 : st ^ 1;
+    __syncthreads();  // the next item reuses the shared memory
+  }
+}
+
+}  // namespace kda
+
+#endif  // KDAJIT_KDA_STREAM_CUH
