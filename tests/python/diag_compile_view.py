@@ -171,7 +171,12 @@ def first_inductor_call(fn, args, lines):
     return got
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--eager-only", action="store_true", help="only the control without torch.compile (CTest)")
+    args = ap.parse_args(argv)
     try:
         import test_gpu as tg
     except unittest.SkipTest as e:
@@ -182,7 +187,7 @@ def main():
 
     print(f"kdajit {kdajit.version()}, torch {torch.__version__}, device "
           f"{'cpu (fake: the C++ reference for the kernels)' if tg.FAKE else torch.cuda.get_device_name()}")
-    can_compile = kdajit.HAS_CUSTOM_OPS and hasattr(torch, "compile")
+    can_compile = kdajit.HAS_CUSTOM_OPS and hasattr(torch, "compile") and not args.eager_only
     if can_compile:
         info = []
         try:
@@ -233,7 +238,8 @@ def main():
     parts = [f"{n}: {verdict(n)}" for n, *_ in scenarios]
     owned = [results.get(n, {}) for n in ("owned/inductor", "owned/aot_eager", "ds/inductor")]
     if not can_compile:
-        cause = "torch.compile not available here (only the eager control ran)"
+        cause = ("--eager-only" if args.eager_only else "torch.compile not available here") + \
+            " (only the eager control ran)"
     elif results.get("shared/eager", {}).get("mismatch") and all(r and not r.get("mismatch", True) for r in owned):
         cause = "cause: the test's shared conv pool (eager differs from eager too); compiled matches eager with owned pools"
     elif any(r.get("mismatch") or "error" in r for r in owned):
