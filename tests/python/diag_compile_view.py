@@ -160,7 +160,19 @@ def first_inductor_call(fn, args, lines):
         from torch._inductor.utils import run_and_get_code
     except ImportError:
         return fn(*args)
-    got, codes = run_and_get_code(fn, *args)
+    import contextlib
+
+    no_cache = contextlib.nullcontext()
+    try:  # a cached graph would bring no code to print
+        import torch._inductor.config as iconfig
+        no_cache = iconfig.patch({k: v for k, v in (("fx_graph_cache", False), ("force_disable_caches", True))
+                                  if hasattr(iconfig, k)})
+    except (ImportError, AttributeError):
+        pass
+    with no_cache:
+        got, codes = run_and_get_code(fn, *args)
+    if not any("fused_kda_decode" in code for code in codes):
+        lines.append(f"  (no generated code with the op captured: {len(codes)} code objects)")
     for code in codes:
         src = code.splitlines()
         hits = [i for i, s in enumerate(src) if "kdajit" in s and "fused_kda_decode" in s]
