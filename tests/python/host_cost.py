@@ -10,8 +10,17 @@ raw_beta [1, R, H], A_log [H], output given) it prints the median, p10 and p90
 of back-to-back calls of:
   call    kdajit.fused_kda_decode / packed_fused_kda_decode, everything included;
   python  the same with the C call stubbed out (mapping lookup, struct.pack, stream);
-  c       the bare C entry point on the same argument bytes (validation, lookup, launch).
+  c       the bare C entry point on the same argument bytes (validation, lookup, launch);
+  probe   a fixed pure-Python loop (no torch, no kdajit; about 2 us on the CI machine):
+          how fast the machine ran the interpreter while that configuration was
+          measured.
+The configurations are measured in interleaved rounds (--rounds, each a block of
+calls of every stage of every configuration), so a slowdown of the host for a
+while (another process, an SMT sibling, the clock) shows in every configuration and
+in the probe, not only in whichever configuration happened to run then (before
+rounds the packed op ran last, and could take the whole of such a slowdown).
 Needs PYTHONPATH=python and KDAJIT_LIBRARY (or the installed package).
+tests/python/diag_host_cost.py breaks the python column down by stage.
 """
 import argparse
 import json
@@ -29,10 +38,10 @@ import kdajit  # noqa: E402
 from kdajit import _ops  # noqa: E402
 
 
-def timed(fn, calls, sync):
+def timed(fn, calls, sync, warm=50):
     """Per-call wall times in us; the device is drained every 100 calls (outside the
     timed region) so that a full launch queue never blocks a timed call."""
-    for _ in range(50):
+    for _ in range(warm):
         fn()
     sync()
     out = []
@@ -46,6 +55,14 @@ def timed(fn, calls, sync):
     return out
 
 
+def probe():
+    """A fixed amount of pure interpreter work (a few us): the machine's speed."""
+    s = 0
+    for i in range(150):
+        s += i
+    return s
+
+
 def summary(ts):
     ts = sorted(ts)
     return {"median": statistics.median(ts), "p10": ts[len(ts) // 10], "p90": ts[9 * len(ts) // 10]}
@@ -54,7 +71,8 @@ def summary(ts):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu", action="store_true", help="host tensors; validate_args stands in for the launch")
-    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--calls", type=int, default=5000, help="timed calls per stage and configuration")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds the calls are split into")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
@@ -80,10 +98,10 @@ def main(argv=None):
         captured["stream"] = 0 if mapping.device < 0 else _ops._raw_stream(mapping.device)
 
     configs = [("single", 8, 1), ("single", 32, 32), ("single", 64, 256), ("packed", 32, 8)]
-    rows = []
     print(f"kdajit {kdajit.version()} ({kdajit.library_path()[1]}), torch {torch.__version__}, "
           f"{'host tensors, validate_args for the launch' if args.cpu else torch.cuda.get_device_name()}")
-    print(f"{'op':7s} {'H':>3s} {'R/N':>4s} | {'call us':>21s} | {'python us':>21s} | {'c us':>7s}")
+    handle = _ops._handle()
+    cases = []
     for op, heads, n in configs:
         if op == "single":
             p = kt.make_problem("single", heads, n, device=device, seed=1)
@@ -91,27 +109,46 @@ def main(argv=None):
             p = kt.make_problem("packed", heads, tokens=4, seqs=n, device=device, seed=1)
         kw = p.kwargs()
         fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
-        call = timed(lambda: fn(**kw), args.calls, sync)
-        # The Python side alone: the same call with the C entry point stubbed.
         launch = _ops._launch
         _ops._launch = capture_args
-        python = timed(lambda: fn(**kw), args.calls, sync)
+        fn(**kw)  # the bytes (and stream) this call passes, for the bare C call
         _ops._launch = launch
-        # The bare C call on the bytes that call passes.
-        entry = c[2] if args.cpu else c[0 if op == "single" else 1]
-        handle = _ops._handle()
         packed, stream = captured["args"], captured["stream"]
         if args.cpu:
             code = 0 if op == "single" else 1
-            bare = timed(lambda: entry(code, packed), args.calls, sync)
+            bare = (lambda entry, code, packed: lambda: entry(code, packed))(c[2], code, packed)
         else:
-            bare = timed(lambda: entry(handle, packed, stream), args.calls, sync)
-        row = {"op": op, "heads": heads, "n": n, "call": summary(call), "python": summary(python),
-               "c": summary(bare)}
+            bare = (lambda entry, packed, stream: lambda: entry(handle, packed, stream))(
+                c[0 if op == "single" else 1], packed, stream)
+        cases.append({"op": op, "heads": heads, "n": n, "fn": (lambda fn, kw: lambda: fn(**kw))(fn, kw),
+                      "bare": bare, "times": {"call": [], "python": [], "c": [], "probe": []}})
+    per_round = max(1, args.calls // args.rounds)
+    for r in range(args.rounds):
+        warm = 50 if r == 0 else 10
+        for case in cases:
+            t = case["times"]
+            t["call"] += timed(case["fn"], per_round, sync, warm)
+            # The Python side alone: the same call with the C entry point stubbed.
+            launch = _ops._launch
+            _ops._launch = capture_args
+            t["python"] += timed(case["fn"], per_round, sync, warm)
+            _ops._launch = launch
+            t["c"] += timed(case["bare"], per_round, sync, warm)
+            t["probe"] += timed(probe, per_round, sync, warm)
+    rows = []
+    print(f"{'op':7s} {'H':>3s} {'R/N':>4s} | {'call us':>21s} | {'python us':>21s} | {'c us':>7s} | {'probe us':>19s}")
+    for case in cases:
+        t = case["times"]
+        row = {"op": case["op"], "heads": case["heads"], "n": case["n"], "call": summary(t["call"]),
+               "python": summary(t["python"]), "c": summary(t["c"]), "probe": summary(t["probe"])}
         rows.append(row)
-        s, py, cc = row["call"], row["python"], row["c"]
-        print(f"{op:7s} {heads:3d} {n:4d} | {s['median']:6.2f} ({s['p10']:5.2f}-{s['p90']:6.2f}) | "
-              f"{py['median']:6.2f} ({py['p10']:5.2f}-{py['p90']:6.2f}) | {cc['median']:7.2f}")
+        s, py, cc, pr = row["call"], row["python"], row["c"], row["probe"]
+        print(f"{row['op']:7s} {row['heads']:3d} {row['n']:4d} | {s['median']:6.2f} ({s['p10']:5.2f}-{s['p90']:6.2f}) | "
+              f"{py['median']:6.2f} ({py['p10']:5.2f}-{py['p90']:6.2f}) | {cc['median']:7.2f} | "
+              f"{pr['median']:5.2f} ({pr['p10']:5.2f}-{pr['p90']:5.2f})")
+    probes = [r["probe"]["median"] for r in rows]
+    print(f"probe: median {statistics.median(probes):.2f} us over the configurations "
+          f"(min {min(probes):.2f}, max {max(probes):.2f}); {args.rounds} interleaved rounds of {per_round} calls")
     _ops._launch = real_launch
     _ops._allow_host_tensors = False
     worst = max(r["call"]["median"] for r in rows)

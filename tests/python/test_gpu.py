@@ -12,6 +12,7 @@ project's C++ reference standing in for the kernels (after the library's own
 validation of the same args bytes): CI thereby runs this file's problem
 building, mapping and checking logic, which the real GPU run depends on."""
 import ctypes
+import itertools
 import os
 import tempfile
 import unittest
@@ -228,11 +229,16 @@ class Decode(torch.nn.Module):
         self.dt_bias = torch.nn.Parameter(v["dt_bias"].clone(), requires_grad=False)
         self.norm_weight = torch.nn.Parameter(v["norm_weight"].clone(), requires_grad=False)
         self.conv_as_view = conv_as_view
+        # Every buffer is a copy the module owns: two modules made from one problem
+        # must not share a pool. (`.contiguous()` of the SD view's transpose is that
+        # view itself, since it is already contiguous: the eager and the compiled
+        # module of the compile test once shared one conv pool, so the second call
+        # of a step read the history the first had already advanced.)
         if conv_as_view:  # vLLM: a [S, K, qkv] pool seen as [S, qkv, K] (SD strides)
-            self.register_buffer("conv_pool", v["conv_state"].transpose(1, 2).contiguous())
+            self.register_buffer("conv_pool", kt.copy_strided(v["conv_state"].transpose(1, 2)))
         else:
             self.register_buffer("conv_pool", kt.copy_strided(v["conv_state"]))
-        self.register_buffer("state", v["state"].clone())
+        self.register_buffer("state", kt.copy_strided(v["state"]))
         self.lower_bound = p.lower_bound
 
     def conv_state(self):
@@ -242,6 +248,46 @@ class Decode(torch.nn.Module):
         return kdajit.fused_kda_decode(x, self.weight, self.conv_state(), raw_gate, raw_beta, self.A_log,
                                        self.dt_bias, state_indices, self.state, output_gate, self.norm_weight,
                                        lower_bound=self.lower_bound)
+
+
+def decode_inputs(step):
+    """The per-step inputs of a Decode module (H = 8, R = 5) and their problem."""
+    q = gpu_problem("single", 8, 5, seed=7100 + step, conv="sd", null_rows=step % 2)
+    return q, (q.args["x"], q.args["raw_gate"], q.args["raw_beta"], q.args["output_gate"], q.args["state_indices"])
+
+
+def assert_own_storage(tc, a, b):
+    """Modules a and b share no storage (a buffer or parameter of one is no view of the other's)."""
+    theirs = {kt._storage_key(t): n for n, t in itertools.chain(b.named_buffers(), b.named_parameters())}
+    for n, t in itertools.chain(a.named_buffers(), a.named_parameters()):
+        tc.assertNotIn(kt._storage_key(t), theirs, f"{n} shares its storage with the other module's "
+                                                   f"{theirs.get(kt._storage_key(t))}")
+
+
+class Modules(unittest.TestCase):
+    def test_two_modules_of_one_problem_own_their_pools_and_agree(self):
+        # The compile test's control, without torch.compile: two Decode modules of one
+        # problem, called with the same inputs, give the same bits (and the reference's).
+        for conv_as_view in (True, False):
+            with self.subTest(conv_as_view=conv_as_view):
+                p = gpu_problem("single", 8, 5, seed=7000, conv="sd" if conv_as_view else "ds", null_rows=1)
+                a, b = Decode(p, conv_as_view).to(DEV), Decode(p, conv_as_view).to(DEV)
+                assert_own_storage(self, a, b)
+                if conv_as_view:
+                    self.assertEqual(a.conv_state().stride()[1:], (1, 3 * 8 * 128))  # SD, as the test means
+                for step in range(2):
+                    q, args = decode_inputs(step)
+                    views = dict(q.views, weight=a.weight, conv_state=a.conv_state(), A_log=a.A_log.view(-1),
+                                 dt_bias=a.dt_bias, state=a.state, norm_weight=a.norm_weight)
+                    r = kt.Problem("single", dict(q.args, **views), views, a.lower_bound, 1e-5)
+                    before = kt.snapshot(r)
+                    want = a(*args)
+                    got = b(*args)
+                    sync()
+                    kt.check(self, r, before, want, f"step {step}")
+                    self.assertTrue(torch.equal(kt.bits(got), kt.bits(want)), f"step {step}: output")
+                    self.assertTrue(torch.equal(kt.bits(b.state), kt.bits(a.state)), f"step {step}: state")
+                    self.assertTrue(torch.equal(kt.bits(b.conv_pool), kt.bits(a.conv_pool)), f"step {step}: conv")
 
 
 @unittest.skipIf(FAKE, NEEDS_CUDA)
@@ -255,18 +301,18 @@ class Compile(unittest.TestCase):
                 torch._dynamo.reset()
                 p = gpu_problem("single", 8, 5, seed=7000, conv="sd" if conv_as_view else "ds", null_rows=1)
                 eager, compiled_m = Decode(p, conv_as_view).to(DEV), Decode(p, conv_as_view).to(DEV)
+                assert_own_storage(self, eager, compiled_m)
                 compiled = torch.compile(compiled_m, fullgraph=True)
                 for step in range(3):
-                    q = gpu_problem("single", 8, 5, seed=7100 + step, conv="sd", null_rows=step % 2)
-                    args = (q.args["x"], q.args["raw_gate"], q.args["raw_beta"], q.args["output_gate"],
-                            q.args["state_indices"])
+                    q, args = decode_inputs(step)
                     want = eager(*args)
                     got = compiled(*args)
                     torch.cuda.synchronize()
                     self.assertEqual(tuple(got.shape), (1, 5, 8, 128))
                     self.assertTrue(torch.equal(kt.bits(got), kt.bits(want)), f"step {step}: output")
                     self.assertTrue(torch.equal(kt.bits(compiled_m.state), kt.bits(eager.state)), f"step {step}")
-                    self.assertTrue(torch.equal(kt.bits(compiled_m.conv_pool), kt.bits(eager.conv_pool)))
+                    self.assertTrue(torch.equal(kt.bits(compiled_m.conv_pool), kt.bits(eager.conv_pool)),
+                                    f"step {step}: conv")
 
     def test_opcheck(self):
         if not hasattr(torch.library, "opcheck"):

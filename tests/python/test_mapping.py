@@ -178,7 +178,7 @@ class Mapping(unittest.TestCase):
     # --- the mapping cache ------------------------------------------------------
 
     def test_cache_hit_gives_the_new_tensors_pointers(self):
-        _ops._cache_single.clear()
+        _ops._clear_caches()
         p1 = make_problem("single", 3, 4, seed=1)
         p2 = make_problem("single", 3, 4, seed=2)  # same shapes and strides, other storage
         self.assert_maps(p1, "first call (miss)")
@@ -193,15 +193,77 @@ class Mapping(unittest.TestCase):
         self.assertEqual(len(_ops._cache_single), 3)
 
     def test_cache_is_bounded(self):
-        _ops._cache_single.clear()
+        _ops._clear_caches()
         limit = _ops._CACHE_LIMIT
         try:
             _ops._CACHE_LIMIT = 3
             for rows in range(1, 8):
                 self.assert_maps(make_problem("single", 1, rows), f"R={rows}")
                 self.assertLessEqual(len(_ops._cache_single), 3)
+            for seqs in range(1, 8):
+                self.assert_maps(make_problem("packed", 1, tokens=2, seqs=seqs), f"N={seqs}")
+                self.assertLessEqual(len(_ops._cache_packed), 3)
         finally:
             _ops._CACHE_LIMIT = limit
+
+    def test_last_layout_and_the_dict_agree(self):
+        # Each op remembers its last call's (key, mapping) and compares the next key
+        # with it before the dict: repeated, alternating and returning layouts, other
+        # dtypes of the same shapes, and a dict emptied under it all map exactly.
+        for op in ("single", "packed"):
+            _ops._clear_caches()
+            cache = _ops._cache_single if op == "single" else _ops._cache_packed
+
+            def problem(seed, **kw):
+                if op == "single":
+                    return make_problem("single", 3, 4, seed=seed, **kw)
+                return make_problem("packed", 3, tokens=2, seqs=3, seed=seed, **kw)
+
+            def last():
+                return _ops._last_single if op == "single" else _ops._last_packed
+
+            a1, a2, b = problem(1), problem(2), problem(3, row_pad=32)
+            self.assert_maps(a1, f"{op}: A (miss)")
+            m_a = last()[1]
+            self.assert_maps(a2, f"{op}: A again, other storage (the last layout)")
+            self.assertIs(last()[1], m_a)
+            self.assertEqual(len(cache), 1)
+            self.assert_maps(b, f"{op}: B (miss)")
+            m_b = last()[1]
+            self.assertIsNot(m_b, m_a)
+            self.assert_maps(a1, f"{op}: A after B (the dict)")
+            self.assertIs(last()[1], m_a)
+            self.assertEqual(len(cache), 2)
+            self.assert_maps(problem(4, state_dtype=torch.bfloat16), f"{op}: A's shapes, bf16 state (miss)")
+            self.assertEqual(len(cache), 3)
+            cache.clear()  # what reaching _CACHE_LIMIT does
+            self.assert_maps(problem(5, state_dtype=torch.bfloat16), f"{op}: the last layout, dict empty")
+            self.assert_maps(a2, f"{op}: A, dict emptied")
+            self.assertEqual(len(cache), 1)
+
+    def test_the_last_layout_still_checks_every_call(self):
+        # A repeated layout skips the mapping, not the checks. Each violation below
+        # has the last call's key (same shapes, strides, dtypes, get_device()), so it
+        # meets the remembered mapping: the scalars, the C library's validation of the
+        # bytes (a state slot off its 16-byte alignment) and the device check of host
+        # tensors (meta and cpu both give get_device() -1) still reject it.
+        for op in ("single", "packed"):
+            p = make_problem("single", 2, 3) if op == "single" else make_problem("packed", 2, tokens=2, seqs=2)
+            fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
+            st = p.args["state"]
+            self.assertTrue(st.is_contiguous())
+            misaligned = torch.zeros(st.numel() + 4).as_strided(st.shape, st.stride(), 1)
+            meta = torch.empty(p.args["dt_bias"].shape, device="meta")
+            for name, value, want in (("lower_bound", 0.5, "lower_bound: expected a finite value < 0"),
+                                      ("state", misaligned, "state: "),
+                                      ("dt_bias", meta, "dt_bias: expected a tensor on cpu")):
+                self.assert_maps(p, f"{op}: before {name}")
+                with self.assertRaises(ValueError, msg=f"{op}: {name}") as cm:
+                    kdajit.dry_run(fn, **p.kwargs(**{name: value}))
+                self.assertTrue(str(cm.exception).startswith(want), f"{op}: {cm.exception}")
+                if name == "state":
+                    self.assertIn("aligned to 16 bytes", str(cm.exception))
+            self.assert_maps(p, f"{op}: again")
 
 
 class Helpers(unittest.TestCase):
