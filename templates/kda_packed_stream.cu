@@ -27,7 +27,19 @@ struct PackedWork {
   __device__ __forceinline__ int source_slot(const KdaParams& p, long long i) const {
     return packed_source_slot(p, static_cast<int>(i / kHeads));
   }
-  __device__ __forceinline__ void run(const KdaParams& p, long long i, int, StagedState& in) const {
+  // Called for live items only: the metadata are well formed.
+  __device__ __forceinline__ void prefetch_inputs(const KdaParams& p, long long i, int, int lane) const {
+    const int n = static_cast<int>(i / kHeads), h = head(i);
+    const long long start = p.query_start_loc[n], end = p.query_start_loc[n + 1];
+    const int accepted = p.num_accepted[n];
+    const int a = accepted < 1 ? 1 : (accepted > kTokens ? kTokens : accepted);
+    const int conv_parts = prefetch_conv_history(p, p.state_indices[static_cast<long long>(n) * kTokens], a - 1, h, lane);
+    // Then 6 parts per row, rows over the lane groups of 6.
+    const int l = lane - conv_parts;
+    if (l >= 0)
+      for (long long row = start + l / 6; row < end; row += (32 - conv_parts) / 6) prefetch_row_inputs(p, row, h, l % 6);
+  }
+  __device__ __forceinline__ void run(const KdaParams& p, long long i, int, StagedState<PackedWork>& in) const {
     packed_item(p, *sm, head(i), static_cast<int>(i / kHeads), in);
   }
 };

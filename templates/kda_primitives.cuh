@@ -247,6 +247,15 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, un
       : "memory");
 }
 
+// Asks the L2 to fetch the bytes [ptr, ptr + bytes), widened to whole 16-byte
+// units (which stay inside the pages of the first and last byte). A hint: no
+// completion, no ordering, no effect on any result.
+__device__ __forceinline__ void prefetch_l2(const void* ptr, unsigned bytes) {
+  const unsigned long long a = reinterpret_cast<unsigned long long>(ptr);
+  const unsigned long long lo = a & ~15ull, hi = (a + bytes + 15ull) & ~15ull;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(static_cast<unsigned>(hi - lo)) : "memory");
+}
+
 }  // namespace kda
 
 #endif  // KDAJIT_KDA_PRIMITIVES_CUH

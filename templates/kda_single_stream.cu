@@ -27,7 +27,11 @@ struct SingleWork {
   __device__ __forceinline__ int source_slot(const KdaParams& p, long long i) const {
     return p.state_indices[i / kHeads];
   }
-  __device__ __forceinline__ void run(const KdaParams& p, long long i, int slot, StagedState& in) const {
+  __device__ __forceinline__ void prefetch_inputs(const KdaParams& p, long long i, int slot, int lane) const {
+    const int parts = prefetch_row_inputs(p, i / kHeads, head(i), lane);
+    if (lane >= parts) prefetch_conv_history(p, slot, 0, head(i), lane - parts);
+  }
+  __device__ __forceinline__ void run(const KdaParams& p, long long i, int slot, StagedState<SingleWork>& in) const {
     single_row(p, *sm, head(i), static_cast<int>(i / kHeads), slot, in);
   }
 };
