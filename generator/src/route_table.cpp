@@ -55,6 +55,12 @@ LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
 // bf16 slices (32 KiB) fit two stages next to two CTAs per SM; f32 (64 KiB) one.
 int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 : 1; }
 
+// T > 8 spills in the stream kernel (its walk state next to T tokens of phase A).
+constexpr int kStreamMaxTokens = 8;
+bool stream_eligible(const CallShape& c, const DeviceTraits& d) {
+  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kStreamMaxTokens);
+}
+
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
 // constexpr: constant-initialised, so other translation units may read the
@@ -76,8 +82,8 @@ constexpr RouteSpec kRoutes[] = {
     {Route::stream,
      "a persistent grid (two CTAs per SM) walks the (row or sequence, head) items; the bulk copy engine streams the "
      "next items' state slices into shared memory while the current one computes",
-     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256, not_repeated, kNotRepeated,
-     stream_grid, stream_stages},
+     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256, stream_eligible,
+     "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8", stream_grid, stream_stages},
 };
 static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
 

@@ -44,10 +44,26 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(f32(single(8, 4)), h200) == Route::rowcta);   // 32 CTAs
   CHECK(builtin_route(f32(single(8, 1)), small) == Route::split4);  // 64 <= 64 on a 64-SM part
   CHECK(builtin_route(f32(single(16, 1)), small) == Route::rowcta); // the same call as above, fewer SMs
-  CHECK(builtin_route(single(8, 1), h200) == Route::rowcta);        // bf16 state: rowcta always
-  CHECK(builtin_route(single(64, 8), h200) == Route::rowcta);
+  // bf16 state: stream once rows x heads exceed two CTAs per SM.
+  CHECK(builtin_route(single(8, 1), h200) == Route::rowcta);
+  CHECK(builtin_route(single(8, 33), h200) == Route::rowcta);   // 264 = 2 x 132
+  CHECK(builtin_route(single(8, 34), h200) == Route::stream);   // 272
+  CHECK(builtin_route(single(8, 34), {Arch::sm_90, 148}) == Route::rowcta);
+  CHECK(builtin_route(single(64, 8), h200) == Route::stream);
+  CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);  // f32: never stream
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
-  CHECK(builtin_route(packed(64, 1), h200) == Route::rowcta);
+  CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
+  // Packed: f32 -> stream (T <= 8); bf16 -> stream only at T <= 2 past the resident CTAs.
+  CHECK(builtin_route(packed(64, 1), h200) == Route::stream);
+  auto with = [](CallShape c, StateDtype st, int t) {
+    c.family.state = st;
+    c.family.tokens = t;
+    return c;
+  };
+  CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream: T <= 8
+  CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);  // 512 sequence-heads
+  CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 2), h200) == Route::rowcta);  // 128
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::rowcta);
 }
 
 TEST_CASE("select: the selected route is always eligible and serves the op", "[select]") {

@@ -16,8 +16,10 @@ struct RoutePolicy {
 };
 
 // The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands"):
-// packed -> rowcta; repeated_positive -> sequential; f32 state with
-// 8 x R x H <= SMs -> split4; else rowcta.
+// repeated_positive -> sequential; packed: f32 -> stream (T <= 8), bf16 ->
+// stream at T <= 2 with items > 2 x SMs, else rowcta; single: bf16 -> stream
+// with R x H > 2 x SMs, else rowcta; f32 with 8 x R x H <= SMs -> split4, else
+// rowcta.
 // Always an eligible route.
 Route builtin_route(const CallShape& call, const DeviceTraits& device);
 
