@@ -9,14 +9,15 @@
 namespace kdajit::cli {
 
 void add_routes_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("routes", "Print the route table: route, ops, threads, cluster, eligibility");
+  auto* cmd = app.add_subcommand("routes",
+                                 "Print the route table: route, ops, threads, cluster, eligibility, shared-memory stages");
   auto json_out = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "print a JSON array instead of a table");
   cmd->callback([json_out] {
     nlohmann::json arr = nlohmann::json::array();
     for (const RouteSpec& r : route_table()) {
       nlohmann::json ops = nlohmann::json::array(), templates = nlohmann::json::object(),
-                     threads = nlohmann::json::object();
+                     threads = nlohmann::json::object(), smem = nlohmann::json::object();
       for (Op op : all_values<Op>()) {
         if (!r.serves(op)) continue;
         ops.push_back(to_string(op));
@@ -29,6 +30,10 @@ void add_routes_command(CLI::App& app) {
           k.state = st;
           k.route = r.route;
           threads[fmt::format("{}.{}", to_string(op), to_string(st))] = r.threads(k);
+          // Shared-memory state stages (route stream): dynamic shared memory per CTA.
+          if (r.stage_count(k) > 0)
+            smem[fmt::format("{}.{}", to_string(op), to_string(st))] = {{"stages", r.stage_count(k)},
+                                                                         {"bytes", r.dynamic_smem_bytes(k)}};
         }
       }
       arr.push_back({{"name", r.name()},
@@ -37,6 +42,7 @@ void add_routes_command(CLI::App& app) {
                      {"threads", threads},
                      {"cluster", r.cluster},
                      {"ctas_per_sm", r.occupancy},
+                     {"dynamic_smem", smem},
                      {"entry", {{"single", entry_name(Op::single)}, {"packed", entry_name(Op::packed)}}},
                      {"eligibility", r.eligibility},
                      {"technique", r.technique}});
@@ -53,6 +59,12 @@ void add_routes_command(CLI::App& app) {
       fmt::print("{:<11} {:<14} {:<60} {:>7}  {}\n", r["name"].get<std::string>(), fmt::format("{}", fmt::join(ops, ",")),
                  fmt::format("{}", fmt::join(threads, " ")), r["cluster"].get<int>(), r["eligibility"].get<std::string>());
       fmt::print("{:<11} {}\n", "", r["technique"].get<std::string>());
+      std::vector<std::string> stages;
+      for (auto it = r["dynamic_smem"].begin(); it != r["dynamic_smem"].end(); ++it)
+        stages.push_back(fmt::format("{}={} ({} KiB)", it.key(), it.value()["stages"].get<int>(),
+                                     it.value()["bytes"].get<uint32_t>() / 1024));
+      if (!stages.empty())
+        fmt::print("{:<11} shared-memory state stages: {}\n", "", fmt::format("{}", fmt::join(stages, " ")));
     }
   });
 }

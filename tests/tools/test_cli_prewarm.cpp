@@ -5,6 +5,7 @@
 #include <termios.h>
 
 #include "cli_test_util.hpp"
+#include "kdajit/routes.hpp"
 
 using namespace kdajit;
 using namespace kdajit::test;
@@ -218,4 +219,35 @@ TEST_CASE("prewarm and ls on layered roots", "[cli][prewarm][layers]") {
   Run clear = cli({"clear", "--cache-dir", mine + ":" + shipped, "--json"}, scratch.path());
   CHECK(parse_json(clear)["removed"] == 1);  // the write layer only
   CHECK(parse_json(cli({"ls", "--cache-dir", shipped, "--json"}, scratch.path()))["entries"].size() == 1);
+}
+
+TEST_CASE("kdajit routes lists every route of the table with its launch shape", "[cli][routes]") {
+  TempDir scratch;
+  Run r = cli({"routes", "--json"}, scratch.path());
+  REQUIRE(r.code == 0);
+  const json routes = parse_json(r);
+  REQUIRE(routes.is_array());
+  REQUIRE(routes.size() == route_table().size());
+  for (size_t i = 0; i < routes.size(); ++i) {
+    const RouteSpec& spec = route_table()[i];
+    const json& j = routes[i];
+    INFO(spec.name());
+    CHECK(j["name"] == spec.name());
+    CHECK(j["cluster"] == spec.cluster);
+    CHECK(j["ctas_per_sm"] == spec.occupancy);
+    // Stages (route stream): the dynamic shared memory the launcher asks for.
+    for (StateDtype st : all_values<StateDtype>()) {
+      const KernelKey k{Op::single, 8, st, ConvLayout::sd, 1, Gate::bounded, spec.route, Arch::sm_90};
+      const std::string field = "single." + std::string(to_string(st));
+      if (!spec.serves(Op::single) || spec.stage_count(k) == 0) {
+        CHECK_FALSE(j["dynamic_smem"].contains(field));
+        continue;
+      }
+      CHECK(j["dynamic_smem"][field]["stages"] == spec.stage_count(k));
+      CHECK(j["dynamic_smem"][field]["bytes"] == spec.dynamic_smem_bytes(k));
+    }
+  }
+  Run table = cli({"routes"}, scratch.path());
+  CHECK(table.code == 0);
+  CHECK(table.out.find("shared-memory state stages: packed.bf16=2 (64 KiB)") != std::string::npos);
 }
