@@ -29,7 +29,7 @@ median / p10 / p25 / p75 / p90 in us of back-to-back calls of each stage:
   c_validate    kdajit_validate_args on the same bytes
 then: the per-tensor cost (ns) of each attribute read, a histogram of the python
 stage, the python stage of both ops interleaved in blocks, each block followed by a block of
-host_cost.py's probe (pure interpreter work: is the packed path slow, or the machine
+host_cost.py's probe (imported from it; pure interpreter work: is the packed path slow, or the machine
 while it ran?), the python stages on host copies of the same tensors
 (CUDA tensors vs host tensors, same process), and a one-line summary last.
 Exits 0 (77 without CUDA and without --cpu).
@@ -40,7 +40,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import timeit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +49,7 @@ sys.path.append(os.path.join(HERE, "..", "..", "python"))  # the package, when P
 import torch  # noqa: E402
 
 import kda_testing as kt  # noqa: E402
+from host_cost import probe, timed  # noqa: E402  (the same timing loop and machine probe)
 import kdajit  # noqa: E402
 from kdajit import _abi, _decode, _ops  # noqa: E402
 
@@ -65,23 +65,6 @@ IMPL_ORDER = {
                "output_gate", "norm_weight", "lower_bound", "norm_eps", "output", "query_start_loc",
                "num_accepted_tokens"),
 }
-
-
-def timed(fn, calls, sync, warm=50):
-    """Per-call wall times in us (the device drained every 100 calls, outside the timing)."""
-    for _ in range(warm):
-        fn()
-    sync()
-    out = []
-    clock = time.perf_counter_ns
-    for i in range(calls):
-        if i % 100 == 99:
-            sync()
-        t0 = clock()
-        fn()
-        out.append((clock() - t0) / 1e3)
-    sync()
-    return out
 
 
 def stats(ts):
@@ -213,14 +196,6 @@ def attribute_costs(o, number=20000):
             row[attr] = min(timeit.repeat(stmt, globals={"t": t}, number=number, repeat=3)) / number * 1e9
         out[n] = row
     return out
-
-
-def probe():
-    """host_cost.py's probe: a fixed amount of pure interpreter work, the machine's speed."""
-    s = 0
-    for i in range(150):
-        s += i
-    return s
 
 
 def interleaved(ops, calls, sync, stub, block=100):
