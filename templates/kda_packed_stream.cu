@@ -27,18 +27,12 @@ struct PackedWork {
   __device__ __forceinline__ int source_slot(const KdaParams& p, long long i) const {
     return packed_source_slot(p, static_cast<int>(i / kHeads));
   }
-  // Called for live items only: the metadata are well formed.
-  __device__ __forceinline__ void prefetch_inputs(const KdaParams& p, long long i, int, int lane) const {
-    const int n = static_cast<int>(i / kHeads), h = head(i);
-    const long long start = p.query_start_loc[n], end = p.query_start_loc[n + 1];
-    const int accepted = p.num_accepted[n];
-    const int a = accepted < 1 ? 1 : (accepted > kTokens ? kTokens : accepted);
-    const int conv_parts = prefetch_conv_history(p, p.state_indices[static_cast<long long>(n) * kTokens], a - 1, h, lane);
-    // Then 6 parts per row, rows over the lane groups of 6.
-    const int l = lane - conv_parts;
-    if (l >= 0)
-      for (long long row = start + l / 6; row < end; row += (32 - conv_parts) / 6) prefetch_row_inputs(p, row, h, l % 6);
-  }
+  // No L2 hints for the packed op. Measured on the H200 in one run, both ways
+  // (docs/PERFORMANCE.md, "Packed L2 prefetch"): without them, f32 cells are
+  // equal at T = 2 and 2-4% faster at T = 4, bf16 cells 1.5-3.5% faster except
+  // H = 16, N = 32 (2.5-3% slower). The hints need the sequence's metadata on
+  // warp 0's path before the stage hand-off, and phase A's rows are few.
+  __device__ __forceinline__ void prefetch_inputs(const KdaParams&, long long, int, int) const {}
   __device__ __forceinline__ void run(const KdaParams& p, long long i, int, StagedState<PackedWork>& in) const {
     packed_item(p, *sm, head(i), static_cast<int>(i / kHeads), in);
   }
