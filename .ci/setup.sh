@@ -9,8 +9,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PACKAGES="cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcli11-dev libssl-dev"
 # The Python package's tests (tests/python): Debian's torch, and what an offline
-# `pip install --no-build-isolation ./python` needs.
-PACKAGES="$PACKAGES python3-torch python3-setuptools python3-pip python3-wheel"
+# `pip install --no-build-isolation ./python` needs; torch's C++ headers (and the
+# Python and pybind11 headers they include) for kdajit._hotpath (python/CMakeLists.txt).
+PACKAGES="$PACKAGES python3-torch python3-setuptools python3-pip python3-wheel libtorch-dev python3-dev pybind11-dev"
 missing=""
 for p in $PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

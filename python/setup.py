@@ -5,12 +5,14 @@
 KDAJIT_BUILD_DIR is a CMake build directory (its runtime/libkdajit.so) or a
 `cmake --install` prefix (its lib/libkdajit.so); default: ../build next to this
 file. The library is copied into the built package only, never into the source
-tree. Pure Python otherwise (ctypes over the C ABI); torch is not declared as a
+tree, and with it kdajit._hotpath (the C++ cache-hit path) when the build made one
+for this interpreter. Python otherwise (ctypes over the C ABI); torch is not declared as a
 dependency so that the offline install never tries to fetch it.
 """
 import os
 import re
 import shutil
+import sysconfig
 
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
@@ -35,6 +37,12 @@ def _library():
                      "CMake build directory or install prefix")
 
 
+def _hotpath(lib):
+    """kdajit._hotpath for this interpreter, built next to the library, or None."""
+    path = os.path.join(os.path.dirname(lib), "_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    return path if os.path.exists(path) else None
+
+
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
@@ -43,6 +51,15 @@ class BuildPyWithLibrary(build_py):
         self.announce(f"copying {lib} -> {dst}", level=2)
         shutil.copyfile(lib, dst)
         os.chmod(dst, 0o755)
+        hot = _hotpath(lib)
+        if hot:
+            dst = os.path.join(self.build_lib, "kdajit", os.path.basename(hot))
+            self.announce(f"copying {hot} -> {dst}", level=2)
+            shutil.copyfile(hot, dst)
+            os.chmod(dst, 0o755)
+        else:
+            self.announce("kdajit._hotpath not built for this interpreter: the package uses its pure-Python "
+                          "call path", level=2)
 
 
 class BinaryDistribution(Distribution):

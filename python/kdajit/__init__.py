@@ -5,11 +5,14 @@
                                   state_indices, state, output_gate, norm_weight)
 
 The ops take FlashInfer's arguments in FlashInfer's order, so an engine switches
-by changing the import. Pure Python over libkdajit.so's C ABI (ctypes).
+by changing the import. Python over libkdajit.so's C ABI (ctypes); a call whose
+tensor layout was seen before takes a C++ path (kdajit._hotpath, built with the
+library when torch's C++ headers are there; `hotpath_info()` says whether it is in use).
 """
 from ._abi import ABI_VERSION as __version__
 from ._abi import KdajitError, LibraryNotFound, library_path, nvrtc_candidates, version
 from ._config import PrewarmResult, Support, key_for, keys_for, prewarm, supported
+from ._ops import hotpath_info
 from ._decode import HAS_CUSTOM_OPS, dry_run, fused_kda_decode, packed_fused_kda_decode, selected_key
 from ._runtime import Runtime, configure, runtime
 
@@ -17,5 +20,5 @@ __all__ = [
     "fused_kda_decode", "packed_fused_kda_decode", "supported", "key_for", "keys_for", "prewarm", "dry_run",
     "selected_key",
     "Support", "PrewarmResult", "Runtime", "configure", "runtime", "KdajitError", "LibraryNotFound",
-    "library_path", "nvrtc_candidates", "version", "HAS_CUSTOM_OPS", "__version__",
+    "library_path", "nvrtc_candidates", "version", "hotpath_info", "HAS_CUSTOM_OPS", "__version__",
 ]

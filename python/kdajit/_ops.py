@@ -238,15 +238,79 @@ def _clear_caches():
     _cache_single.clear()
     _cache_packed.clear()
     _last_single = _last_packed = (None, None)
+    if _hot_module is not None:
+        _hot_module.clear()
 
 _c = None  # (kdajit_single_decode, kdajit_packed_decode, kdajit_validate_args), bound on first use
 
 
+# kdajit._hotpath (python/hotpath/hotpath.cpp), the C++ cache-hit path: its
+# launch() and remember() once loaded; None means every call takes the Python path.
+_hot = None
+_hot_remember = None
+_hot_module = None
+_hot_info = {"enabled": False, "path": None, "reason": "not loaded yet (the first call loads it)"}
+
+
+def _load_hotpath(lib):
+    """Loads kdajit._hotpath from the directory of the libkdajit.so in use, if it
+    is there and was built for this torch; returns (module or None, info)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sysconfig
+
+    def off(reason, path=None):
+        return None, {"enabled": False, "path": path, "reason": reason}
+
+    if os.environ.get("KDAJIT_PYTHON_HOTPATH", "1") == "0":
+        return off("off: KDAJIT_PYTHON_HOTPATH=0")
+    if not os.path.dirname(lib.path):
+        return off(f"libkdajit.so came from the system's search path ({lib.path}), not a directory")
+    path = os.path.join(os.path.dirname(os.path.realpath(lib.path)), "_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not os.path.exists(path):
+        return off(f"not built: {path} is missing (CMake builds it when torch's C++ headers are found)", path)
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("kdajit._hotpath", path)
+        spec = importlib.util.spec_from_file_location("kdajit._hotpath", path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    except ImportError as e:
+        return off(f"cannot load {path}: {e}", path)
+    if mod.torch_version != torch.__version__:
+        return off(f"built for torch {mod.torch_version}, running torch {torch.__version__}", path)
+    if mod.args_size != ctypes.sizeof(_abi.DecodeArgs):
+        return off(f"built for a kdajit_decode_args_t of {mod.args_size} bytes, this package's is "
+                   f"{ctypes.sizeof(_abi.DecodeArgs)}", path)
+    cuda = hasattr(torch._C, "_cuda_getCurrentRawStream") and hasattr(torch._C, "_cuda_getDevice")
+    mod.bind(ctypes.cast(lib.lib.kdajit_single_decode, ctypes.c_void_p).value,
+             ctypes.cast(lib.lib.kdajit_packed_decode, ctypes.c_void_p).value,
+             torch._C._cuda_getCurrentRawStream if cuda else None, torch._C._cuda_getDevice if cuda else None)
+    return mod, {"enabled": True, "path": path, "reason": f"loaded, built for torch {mod.torch_version}"}
+
+
+def hotpath_info():
+    """Whether eager calls take the C++ cache-hit path (kdajit._hotpath): a dict with
+    'enabled', 'path' and 'reason'. Loads the library (and the extension) if needed."""
+    if _c is None:
+        _bind()
+    return dict(_hot_info)
+
+
 def _bind():
-    global _c
+    global _c, _hot, _hot_remember, _hot_module, _hot_info
     lib = _abi.load()
+    mod, _hot_info = _load_hotpath(lib)
+    if mod is not None:
+        _hot_module, _hot, _hot_remember = mod, mod.launch, mod.remember
     _c = (lib.lib.kdajit_single_decode, lib.lib.kdajit_packed_decode, lib.lib.kdajit_validate_args)
     return _c
+
+
+def _retry_on_python_path(status, x):
+    """A failed _hotpath call that the Python path retries: a CUDA error on the
+    legacy default stream (maybe a thread without a current context; see _launch)."""
+    return status == _abi.ERROR_CUDA and not _raw_stream(x.get_device())
 
 
 def _handle():
@@ -332,11 +396,9 @@ def _dry(op_code, op, args, mapping, what):
     return args
 
 
-def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
-                norm_weight, lower_bound, norm_eps, output, state_indices_mode, dry=False):
-    """The single op on given tensors (output allocated by the caller). dry=True: validate
-    in the C library instead of launching and return the kdajit_decode_args_t bytes;
-    dry="key": return the kernel key name the call would launch (nothing launched)."""
+def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, lower_bound, norm_eps, output, state_indices_mode):
+    """The Python path of the single op: (mapping, kdajit_decode_args_t bytes)."""
     global _last_single
     try:
         key = (x.shape, x.stride(), x.dtype, x.get_device(),
@@ -377,6 +439,26 @@ def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
                      0.0 if lower_bound is None else lower_bound, norm_eps, mode, 0)
     except (ValueError, struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, mode) from None
+    return m, args
+
+
+def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                norm_weight, lower_bound, norm_eps, output, state_indices_mode, dry=False):
+    """The single op on given tensors (output allocated by the caller). dry=True: validate
+    in the C library instead of launching and return the kdajit_decode_args_t bytes;
+    dry="key": return the kernel key name the call would launch (nothing launched)."""
+    if _hot is not None and not dry:
+        status = _hot(0, _handle(), lower_bound, norm_eps, _MODES.get(state_indices_mode, -1), x, weight,
+                      conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight,
+                      output)
+        if status == 0:
+            return None
+        if status > 0 and not _retry_on_python_path(status, x):
+            m, _ = _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                output_gate, norm_weight, lower_bound, norm_eps, output, state_indices_mode)
+            raise _fail(status, "fused_kda_decode", m)
+    m, args = _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                           output_gate, norm_weight, lower_bound, norm_eps, output, state_indices_mode)
     if dry or m.device < 0:
         # The key tells CUDA devices apart, not host ones (get_device() is -1 for cpu and meta).
         _check_torch_side(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
@@ -384,12 +466,15 @@ def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
     if dry:
         return _dry(_abi.OP_SINGLE, "fused_kda_decode", args, m, dry)
     _launch(0, "fused_kda_decode", args, m)
+    if _hot is not None and m.device >= 0:
+        _hot_remember(0, args, x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                      output_gate, norm_weight, output)
     return None
 
 
-def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
-                norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens, dry=False):
-    """The packed op on given tensors; see single_impl."""
+def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens):
+    """The Python path of the packed op: (mapping, kdajit_decode_args_t bytes)."""
     global _last_packed
     try:
         key = (x.shape, x.stride(), x.dtype, x.get_device(),
@@ -432,6 +517,26 @@ def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
                      0.0 if lower_bound is None else lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, 0)
     except (struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, 0) from None
+    return m, args
+
+
+def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens, dry=False):
+    """The packed op on given tensors; see single_impl."""
+    if _hot is not None and not dry:
+        status = _hot(1, _handle(), lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, x, weight, conv_state,
+                      raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight, output,
+                      query_start_loc, num_accepted_tokens)
+        if status == 0:
+            return None
+        if status > 0 and not _retry_on_python_path(status, x):
+            m, _ = _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                output_gate, norm_weight, lower_bound, norm_eps, output, query_start_loc,
+                                num_accepted_tokens)
+            raise _fail(status, "packed_fused_kda_decode", m)
+    m, args = _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                           output_gate, norm_weight, lower_bound, norm_eps, output, query_start_loc,
+                           num_accepted_tokens)
     if dry or m.device < 0:
         _check_torch_side(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
                                         state, output_gate, norm_weight, output, query_start_loc,
@@ -439,6 +544,9 @@ def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
     if dry:
         return _dry(_abi.OP_PACKED, "packed_fused_kda_decode", args, m, dry)
     _launch(1, "packed_fused_kda_decode", args, m)
+    if _hot is not None and m.device >= 0:
+        _hot_remember(1, args, x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                      output_gate, norm_weight, output, query_start_loc, num_accepted_tokens)
     return None
 
 

@@ -229,6 +229,10 @@ def main(argv=None):
         print("diag_host_cost: no CUDA device: run with --cpu for the host-side breakdown")
         return 77
     c = _ops._c or _ops._bind()
+    # The stages below take the pure-Python path apart: kdajit._hotpath (the C++
+    # cache-hit path, which host_cost.py's call column goes through) is set aside.
+    hot_info = kdajit.hotpath_info()
+    _ops._hot = None
     sync = (lambda: None) if args.cpu else torch.cuda.synchronize
     device = "cpu" if args.cpu else "cuda"
     real_check = _ops._check_torch_side
@@ -246,6 +250,8 @@ def main(argv=None):
           f"{sys.version.split()[0]}, {'host tensors' if args.cpu else torch.cuda.get_device_name()}, "
           f"gc thresholds {gc.get_threshold()}, {len(os.sched_getaffinity(0))} CPUs allowed, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"kdajit._hotpath {'on' if hot_info['enabled'] else 'off'} ({hot_info['reason']}); set aside here: every "
+          "stage is the pure-Python path's")
     ops = [Op("single", device), Op("packed", device)]
     if not args.cpu:
         print(f"current stream of cuda:{torch.cuda.current_device()}: "

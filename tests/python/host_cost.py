@@ -8,8 +8,10 @@
 For each configuration (FlashInfer-shaped arguments: raw_gate [1, R, H, 128],
 raw_beta [1, R, H], A_log [H], output given) it prints the median, p10 and p90
 of back-to-back calls of:
-  call    kdajit.fused_kda_decode / packed_fused_kda_decode, everything included;
-  python  the same with the C call stubbed out (mapping lookup, struct.pack, stream);
+  call    kdajit.fused_kda_decode / packed_fused_kda_decode, everything included (a repeated
+          layout: through kdajit._hotpath, the C++ cache-hit path, when it is in use);
+  python path  the same call with kdajit._hotpath set aside (the pure-Python path);
+  its python   that path with the C call stubbed out (mapping lookup, struct.pack, stream);
   c       the bare C entry point on the same argument bytes (validation, lookup, launch);
   probe   a fixed pure-Python loop (no torch, no kdajit; about 2 us on the CI machine):
           how fast the machine ran the interpreter while that configuration was
@@ -100,6 +102,8 @@ def main(argv=None):
     configs = [("single", 8, 1), ("single", 32, 32), ("single", 64, 256), ("packed", 32, 8)]
     print(f"kdajit {kdajit.version()} ({kdajit.library_path()[1]}), torch {torch.__version__}, "
           f"{'host tensors, validate_args for the launch' if args.cpu else torch.cuda.get_device_name()}")
+    hot_info = kdajit.hotpath_info()
+    print(f"kdajit._hotpath: {'on' if hot_info['enabled'] else 'off'} ({hot_info['reason']})")
     handle = _ops._handle()
     cases = []
     for op, heads, n in configs:
@@ -121,29 +125,37 @@ def main(argv=None):
             bare = (lambda entry, packed, stream: lambda: entry(handle, packed, stream))(
                 c[0 if op == "single" else 1], packed, stream)
         cases.append({"op": op, "heads": heads, "n": n, "fn": (lambda fn, kw: lambda: fn(**kw))(fn, kw),
-                      "bare": bare, "times": {"call": [], "python": [], "c": [], "probe": []}})
+                      "bare": bare, "times": {"call": [], "call_py": [], "python": [], "c": [], "probe": []}})
     per_round = max(1, args.calls // args.rounds)
     for r in range(args.rounds):
         warm = 50 if r == 0 else 10
         for case in cases:
             t = case["times"]
-            t["call"] += timed(case["fn"], per_round, sync, warm)
-            # The Python side alone: the same call with the C entry point stubbed.
+            t["call"] += timed(case["fn"], per_round, sync, warm)  # through kdajit._hotpath when it is in use
+            # The pure-Python path (kdajit._hotpath set aside): the whole call, then
+            # its Python side alone (the C entry point stubbed).
+            hot = _ops._hot
+            _ops._hot = None
+            t["call_py"] += timed(case["fn"], per_round, sync, warm)
             launch = _ops._launch
             _ops._launch = capture_args
             t["python"] += timed(case["fn"], per_round, sync, warm)
             _ops._launch = launch
+            _ops._hot = hot
             t["c"] += timed(case["bare"], per_round, sync, warm)
             t["probe"] += timed(probe, per_round, sync, warm)
     rows = []
-    print(f"{'op':7s} {'H':>3s} {'R/N':>4s} | {'call us':>21s} | {'python us':>21s} | {'c us':>7s} | {'probe us':>19s}")
+    print(f"{'op':7s} {'H':>3s} {'R/N':>4s} | {'call us':>21s} | {'python path us':>21s} | {'its python us':>21s} | "
+          f"{'c us':>7s} | {'probe us':>19s}")
     for case in cases:
         t = case["times"]
         row = {"op": case["op"], "heads": case["heads"], "n": case["n"], "call": summary(t["call"]),
-               "python": summary(t["python"]), "c": summary(t["c"]), "probe": summary(t["probe"])}
+               "call_python_path": summary(t["call_py"]), "python": summary(t["python"]), "c": summary(t["c"]),
+               "probe": summary(t["probe"])}
         rows.append(row)
-        s, py, cc, pr = row["call"], row["python"], row["c"], row["probe"]
+        s, cp, py, cc, pr = row["call"], row["call_python_path"], row["python"], row["c"], row["probe"]
         print(f"{row['op']:7s} {row['heads']:3d} {row['n']:4d} | {s['median']:6.2f} ({s['p10']:5.2f}-{s['p90']:6.2f}) | "
+              f"{cp['median']:6.2f} ({cp['p10']:5.2f}-{cp['p90']:6.2f}) | "
               f"{py['median']:6.2f} ({py['p10']:5.2f}-{py['p90']:6.2f}) | {cc['median']:7.2f} | "
               f"{pr['median']:5.2f} ({pr['p10']:5.2f}-{pr['p90']:5.2f})")
     probes = [r["probe"]["median"] for r in rows]
@@ -152,11 +164,13 @@ def main(argv=None):
     _ops._launch = real_launch
     _ops._allow_host_tensors = False
     worst = max(r["call"]["median"] for r in rows)
+    worst_py = max(r["call_python_path"]["median"] for r in rows)
     print(f"host cost: worst median {worst:.2f} us per eager call (target <= 15 us"
-          f"{', estimate: no launch' if args.cpu else ''})")
+          f"{', estimate: no launch' if args.cpu else ''}; kdajit._hotpath {'on' if hot_info['enabled'] else 'off'}); "
+          f"pure-Python path {worst_py:.2f} us")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": args.cpu, "torch": torch.__version__, "rows": rows}, f, indent=2)
+            json.dump({"cpu": args.cpu, "torch": torch.__version__, "hotpath": hot_info, "rows": rows}, f, indent=2)
     return 0
 
 

@@ -135,6 +135,58 @@ class Eager(unittest.TestCase):
         kt.check(self, p, before, out, "cuda:1")
 
 
+@unittest.skipIf(FAKE, NEEDS_CUDA)
+class Hotpath(unittest.TestCase):
+    """Calls after the first of a layout take kdajit._hotpath (the C++ cache-hit
+    path): same results, the same errors, nothing written by a rejected call."""
+
+    def setUp(self):
+        info = kdajit.hotpath_info()
+        if not info["enabled"] and not (info["path"] and os.path.exists(info["path"])):
+            self.skipTest(f"kdajit._hotpath not built: {info['reason']}")
+        self.assertTrue(info["enabled"], info)  # built but not loaded: a failure, not a skip
+        self.hot = _ops._hot_module
+
+    def calls(self, op):
+        return self.hot.stats()[op]
+
+    def test_second_call_of_a_layout_takes_the_hotpath_and_matches_the_reference(self):
+        for op, make in (("single", lambda seed: gpu_problem("single", 16, 7, seed=seed, null_rows=1, oob_rows=1)),
+                         ("packed", lambda seed: gpu_problem("packed", 8, tokens=3, seqs=4, lengths=[3, 1, 0, 2],
+                                                             seed=seed))):
+            run_and_check(self, make(4000), f"{op}: first call (Python path)")
+            for seed in (4001, 4002):
+                n = self.calls(op)
+                run_and_check(self, make(seed), f"{op}: call with new tensors of the same layout")
+                self.assertEqual(self.calls(op), n + 1, f"{op}: the call went through kdajit._hotpath")
+            # On a side stream too (the stream is read per call).
+            p = make(4003)
+            before = kt.snapshot(p)
+            n = self.calls(op)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                out = p.call(kdajit)
+            s.synchronize()
+            kt.check(self, p, before, out, f"{op}: side stream, _hotpath")
+            self.assertEqual(self.calls(op), n + 1)
+
+    def test_a_rejected_call_raises_as_the_python_path_does_and_writes_nothing(self):
+        p = gpu_problem("single", 4, 3, seed=4100)
+        run_and_check(self, p, "first call")
+        q = gpu_problem("single", 4, 3, seed=4101)
+        sync()
+        before = {k: kt.bits(v).clone() for k, v in q.mutables().items()}
+        n = self.calls("single")
+        with self.assertRaises(ValueError) as cm:
+            q.call(kdajit, lower_bound=0.5)
+        self.assertEqual(self.calls("single"), n + 1, "the C call was made from kdajit._hotpath")
+        self.assertTrue(str(cm.exception).startswith("lower_bound: expected a finite value < 0"), str(cm.exception))
+        sync()
+        for k, v in before.items():
+            self.assertTrue(torch.equal(kt.bits(q.mutables()[k]), v), f"{k} was written by a rejected call")
+
+
 class Graphs(unittest.TestCase):
     def test_single_graph_replays_other_slots_and_inputs(self):
         H, R = 8, 6

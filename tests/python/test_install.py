@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import unittest
 
@@ -28,6 +29,8 @@ args = dict(x=torch.zeros(3, 3 * H * 128, dtype=torch.bfloat16), weight=torch.ze
             state=torch.zeros(4, H, 128, 128), output_gate=torch.zeros(3, H, 128, dtype=torch.bfloat16),
             norm_weight=torch.ones(128))
 assert len(kdajit.dry_run(kdajit.fused_kda_decode, **args)) > 0
+info = kdajit.hotpath_info()
+print("hotpath", info["enabled"], info["path"])
 print("ok")
 """
 
@@ -83,6 +86,22 @@ class Install(unittest.TestCase):
         r = probe(clean_env(PYTHONPATH=self.site, KDAJIT_LIBRARY="/nonexistent/libkdajit.so"), self.tmp.name)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith("package "), r.stdout)
+
+    def test_installed_package_uses_its_hotpath(self):
+        built = os.path.join(os.path.dirname(os.path.realpath(LIBRARY)),
+                             "_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+        if not os.path.exists(built):
+            self.skipTest(f"kdajit._hotpath not built for this interpreter ({built})")
+        self.assertEqual(self.pip.returncode, 0, self.pip.stderr)
+        copy = os.path.join(self.site, "kdajit", os.path.basename(built))
+        self.assertTrue(os.path.isfile(copy), "setup.py copies kdajit._hotpath with the library")
+        r = probe(clean_env(PYTHONPATH=self.site), self.tmp.name)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"hotpath True {copy}\n", r.stdout)
+        # From the source tree, the one next to KDAJIT_LIBRARY.
+        r = probe(clean_env(PYTHONPATH=os.path.join(SOURCE_DIR, "python"), KDAJIT_LIBRARY=LIBRARY), self.tmp.name)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(f"hotpath True {built}\n", r.stdout)
 
     def test_source_tree_uses_KDAJIT_LIBRARY(self):
         r = probe(clean_env(PYTHONPATH=os.path.join(SOURCE_DIR, "python"), KDAJIT_LIBRARY=LIBRARY), self.tmp.name)

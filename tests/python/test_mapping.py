@@ -4,6 +4,9 @@ same mapping and cache as a launch, then kdajit_validate_args instead of the
 launch), compared with a struct built field by field from the canonical views."""
 import ctypes
 import itertools
+import os
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -65,13 +68,44 @@ def diff(got, want):
     return "scalars: " + str([(n, getattr(g, n), getattr(w, n)) for n, _ in _abi.SCALAR_FIELDS])
 
 
+HOT_ORDER = ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices", "state",
+             "output_gate", "norm_weight", "output")
+
+
+def hotpath():
+    """The loaded kdajit._hotpath module, or None (not built for this torch)."""
+    _ops.hotpath_info()
+    return _ops._hot_module
+
+
+def hot_args(p, kw):
+    """kdajit._hotpath.pack's arguments for a call with keyword arguments kw."""
+    names = HOT_ORDER + (("query_start_loc", "num_accepted_tokens") if p.op == "packed" else ())
+    mode = _abi.INDICES_MODES.get(kw.get("state_indices_mode", "unique_or_null"), -1) if p.op == "single" else 0
+    return (0 if p.op == "single" else 1, kw["lower_bound"], kw["norm_eps"], mode) + tuple(kw[n] for n in names)
+
+
 class Mapping(unittest.TestCase):
     def assert_maps(self, p, what):
         fn = kdajit.fused_kda_decode if p.op == "single" else kdajit.packed_fused_kda_decode
-        got = kdajit.dry_run(fn, **p.kwargs())
+        kw = p.kwargs()
+        got = kdajit.dry_run(fn, **kw)
         want = expected_args(p)
         self.assertEqual(len(got), ctypes.sizeof(_abi.DecodeArgs))
         self.assertTrue(size_one_strides_cleared(got) == size_one_strides_cleared(want), f"{what}: {diff(got, want)}")
+        hot = hotpath()
+        if hot is not None:
+            # The C++ cache-hit path passes exactly these bytes: for a layout it
+            # remembers already (a hit with this call's pointers and scalars), and
+            # after being handed the Python path's bytes of this call.
+            hargs = hot_args(p, kw)
+            before = hot.pack(*hargs)
+            if before is not None:
+                self.assertTrue(before == got, f"{what}, _hotpath hit: {diff(before, got)}")
+            self.assertTrue(hot.remember(hargs[0], got, *hargs[4:]))
+            after = hot.pack(*hargs)
+            self.assertIsNotNone(after, what)
+            self.assertTrue(after == got, f"{what}, _hotpath: {diff(after, got)}")
         return got
 
     # --- single op: each argument in each accepted form, on a base problem ---
@@ -264,6 +298,82 @@ class Mapping(unittest.TestCase):
                 if name == "state":
                     self.assertIn("aligned to 16 bytes", str(cm.exception))
             self.assert_maps(p, f"{op}: again")
+
+
+@unittest.skipIf(hotpath() is None, f"kdajit._hotpath not in use: {_ops.hotpath_info()['reason']}")
+class Hotpath(unittest.TestCase):
+    """kdajit._hotpath declines (-1 / None) whatever the Python path must see."""
+
+    def setUp(self):
+        self.hot = hotpath()
+        self.hot.clear()
+        self.p = make_problem("single", 2, 3, seed=7)
+        self.kw = self.p.kwargs()
+        self.args = kdajit.dry_run(kdajit.fused_kda_decode, **self.kw)
+        self.h = hot_args(self.p, self.kw)
+        self.assertTrue(self.hot.remember(0, self.args, *self.h[4:]))
+
+    def test_hit_with_other_scalars(self):
+        for lb, eps, mode in ((None, 1e-6, "positive_unique"), (-1.0, 0.5, "repeated_positive"), (-5, 1, "unique_or_null")):
+            kw = dict(self.kw, lower_bound=lb, norm_eps=eps, state_indices_mode=mode)
+            want = kdajit.dry_run(kdajit.fused_kda_decode, **kw)
+            got = self.hot.pack(*hot_args(self.p, kw))
+            self.assertTrue(got == want, f"{lb}, {eps}, {mode}: {diff(got, want)}")
+
+    def test_declines(self):
+        h = list(self.h)
+        cases = {
+            "a layout it was not given": (4 + HOT_ORDER.index("state"), self.kw["state"].transpose(2, 3)),
+            "an argument that is not a tensor": (5, 3.0),
+            "a lower_bound f32 cannot hold": (1, 1e39),
+            "a norm_eps that is not a number": (2, "1e-5"),
+            "an unknown state_indices_mode": (3, -1),
+            "a mode that is not an int": (3, None),
+        }
+        for what, (i, value) in cases.items():
+            args = list(h)
+            args[i] = value
+            self.assertIsNone(self.hot.pack(*args), what)
+        self.assertIsNone(self.hot.pack(*h[:-1]), "a tensor short")
+        self.assertIsNone(self.hot.pack(1, *h[1:]), "the packed op's count with the single op's tensors")
+        # Host tensors are never launched from here: the Python path rejects them.
+        before = self.hot.stats()
+        self.assertEqual(self.hot.launch(0, _ops._handle(), *h[1:]), -1)
+        after = self.hot.stats()
+        self.assertEqual(after["declined"], before["declined"] + 1)
+        self.assertEqual(after["single"], before["single"])
+
+    def test_remember_checks_its_arguments(self):
+        with self.assertRaises(ValueError):
+            self.hot.remember(0, self.args[:-1], *self.h[4:])
+        with self.assertRaises(TypeError):
+            self.hot.remember(0, self.args, *self.h[5:])
+        with self.assertRaises(ValueError):
+            self.hot.remember(2, self.args, *self.h[4:])
+        self.assertFalse(self.hot.remember(0, self.args, *(self.h[4:-1] + ("not a tensor",))))
+
+    def test_clear_forgets(self):
+        self.assertIsNotNone(self.hot.pack(*self.h))
+        _ops._clear_caches()
+        self.assertIsNone(self.hot.pack(*self.h))
+
+    def test_off_by_environment_and_other_torch(self):
+        lib = _abi.load()
+        mod, info = _ops._load_hotpath(lib)
+        self.assertIsNotNone(mod, info)
+        version = torch.__version__
+        try:
+            torch.__version__ = version + "+other"
+            mod, info = _ops._load_hotpath(lib)
+        finally:
+            torch.__version__ = version
+        self.assertIsNone(mod)
+        self.assertIn("running torch " + version + "+other", info["reason"])
+        env = dict(os.environ, KDAJIT_PYTHON_HOTPATH="0")
+        out = subprocess.run([sys.executable, "-c", "import kdajit; print(kdajit.hotpath_info())"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        self.assertIn("'enabled': False", out)
+        self.assertIn("KDAJIT_PYTHON_HOTPATH=0", out)
 
 
 class Helpers(unittest.TestCase):
