@@ -12,25 +12,33 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   const bool stream_ok = stream.eligible(call, device);
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const bool bf16 = call.family.state == StateDtype::bf16;
-  // Measured on the H200 (docs/PERFORMANCE.md, "Selector bands").
+  // Measured on the H200 (docs/PERFORMANCE.md, "Selector bands"); `resident`
+  // is stream's persistent grid (two CTAs per SM), the unit of every band.
+  const int64_t resident = int64_t{stream.occupancy} * sms;
   if (call.family.op == Op::packed) {
+    const int64_t items = call.num_seqs * call.family.heads;
     // f32 state: stream 3-11% faster than rowcta from N x H = 16 on, equal below.
-    // bf16 state: rowcta runs 512 threads there; stream (256) wins at T = 2 once
-    // the sequences x heads exceed its resident CTAs (4-10%), and loses or ties at T = 4.
-    const bool fills = call.num_seqs * call.family.heads > int64_t{stream.occupancy} * sms;
-    if (stream_ok && (!bf16 || (call.family.tokens <= 2 && fills))) return Route::stream;
+    // bf16 state: rowcta runs 512 threads there. Stream (256) wins at T = 2 once
+    // the sequence-heads exceed its grid (1-13%), and at T = 3 and 4 once each CTA
+    // walks more than four of them (1-6%); it ties or loses below that and at T = 8.
+    const int t = call.family.tokens;
+    if (stream_ok && (!bf16 || (t <= 2 && items > resident) || (t <= 4 && items > 4 * resident)))
+      return Route::stream;
     return Route::rowcta;
   }
   const int64_t ctas = call.rows * call.family.heads;
   // bf16 state: stream once rows x heads exceed its resident CTAs (3-14% faster;
   // below, each CTA has one item and rowcta is as fast).
-  if (bf16) return stream_ok && ctas > int64_t{stream.occupancy} * sms ? Route::stream : Route::rowcta;
+  if (bf16) return stream_ok && ctas > resident ? Route::stream : Route::rowcta;
   // f32 state: the value split wins only while rows x heads is at most an eighth
   // of the SMs (split4: 0.7-1.2% at H=8, R<=2 and H=16, R=1, in two independent
-  // runs); everywhere else rowcta is as fast or faster (split2 never won; stream
-  // loses 4-6% at large N: one 64 KiB stage per CTA keeps no more bytes in
-  // flight than rowcta's registers do, and adds the shared-memory round trip).
+  // runs; split2 never won). Stream wins 2-4% while rows x heads is between one
+  // and four times its grid (rowcta runs 2-8 waves there, each loading its state
+  // only after the previous wave's compute), and loses 2-6% beyond that, where
+  // rowcta's waves overlap each other and stream's one 64 KiB stage per CTA adds
+  // a shared-memory round trip without more bytes in flight.
   if (8 * ctas <= sms) return Route::split4;
+  if (stream_ok && ctas > resident && ctas <= 4 * resident) return Route::stream;
   return Route::rowcta;
 }
 

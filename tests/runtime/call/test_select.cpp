@@ -50,10 +50,18 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(single(8, 34), h200) == Route::stream);   // 272
   CHECK(builtin_route(single(8, 34), {Arch::sm_90, 148}) == Route::rowcta);
   CHECK(builtin_route(single(64, 8), h200) == Route::stream);
-  CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);  // f32: never stream
+  // f32 state: stream while rows x heads lies in (1, 4] x its grid of 264.
+  CHECK(builtin_route(f32(single(8, 33)), h200) == Route::rowcta);    // 264
+  CHECK(builtin_route(f32(single(8, 34)), h200) == Route::stream);    // 272
+  CHECK(builtin_route(f32(single(64, 16)), h200) == Route::stream);   // 1024
+  CHECK(builtin_route(f32(single(8, 132)), h200) == Route::stream);   // 1056 = 4 x 264
+  CHECK(builtin_route(f32(single(8, 133)), h200) == Route::rowcta);   // 1064
+  CHECK(builtin_route(f32(single(64, 16)), {Arch::sm_90, 148}) == Route::stream);  // 1024 <= 1184
+  CHECK(builtin_route(f32(single(64, 32)), h200) == Route::rowcta);   // 2048
+  CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
-  // Packed: f32 -> stream (T <= 8); bf16 -> stream only at T <= 2 past the resident CTAs.
+  // Packed: f32 -> stream (T <= 8); bf16 -> stream at T <= 2 past the resident CTAs.
   CHECK(builtin_route(packed(64, 1), h200) == Route::stream);
   auto with = [](CallShape c, StateDtype st, int t) {
     c.family.state = st;
@@ -63,7 +71,13 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream: T <= 8
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);  // 512 sequence-heads
   CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 2), h200) == Route::rowcta);  // 128
-  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::rowcta);
+  // bf16 at T = 3 and 4: stream once the sequence-heads exceed four times its grid (1056).
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::stream);  // 8192
+  CHECK(builtin_route(with(packed(64, 32), StateDtype::bf16, 3), h200) == Route::stream);   // 2048
+  CHECK(builtin_route(with(packed(16, 66), StateDtype::bf16, 4), h200) == Route::rowcta);   // 1056
+  CHECK(builtin_route(with(packed(16, 67), StateDtype::bf16, 4), h200) == Route::stream);   // 1072
+  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 4), h200) == Route::rowcta);   // 512
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 8), h200) == Route::rowcta);  // T = 8: rowcta
 }
 
 TEST_CASE("select: the selected route is always eligible and serves the op", "[select]") {
