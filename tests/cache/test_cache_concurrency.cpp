@@ -233,11 +233,20 @@ TEST_CASE("a child forked while a key lock is held does not keep it", "[cache][l
   KernelCache cache(opts(root.path()));
   FakeBuild fb(key_h(16));
   pid_t child = -1;
+  int running[2];
+  REQUIRE(::pipe(running) == 0);
   BuildFn build = [&]() -> Result<CacheBuild> {
-    child = spawn_child([] {
+    child = spawn_child([&] {
+      // fork() ran the atfork handlers before this body: the child's copy of the
+      // lock is closed once it says it runs (without the wait, the parent could
+      // test the lock before a slow-to-start child had closed it).
+      char c = 'r';
+      if (::write(running[1], &c, 1) != 1) return 1;
       ::pause();  // a long-lived worker process, forked mid-build
       return 0;
     });
+    char c = 0;
+    if (::read(running[0], &c, 1) != 1) return Error(ErrorCode::io, "the child did not start");
     return fb.fn()();
   };
   StderrCapture err;
@@ -251,6 +260,8 @@ TEST_CASE("a child forked while a key lock is held does not keep it", "[cache][l
   ::close(fd);
   ::kill(child, SIGKILL);
   wait_child(child);
+  ::close(running[0]);
+  ::close(running[1]);
 }
 
 TEST_CASE("a holder stuck forever delays a build by lock_patience, not forever", "[cache][lock]") {
