@@ -263,7 +263,10 @@ def _load_hotpath(lib):
     def off(reason, path=None):
         return None, {"enabled": False, "path": path, "reason": reason}
 
-    if os.environ.get("KDAJIT_PYTHON_HOTPATH", "1") == "0":
+    flag = os.environ.get("KDAJIT_PYTHON_HOTPATH", "1")
+    if flag not in ("0", "1"):
+        raise ValueError(f"KDAJIT_PYTHON_HOTPATH: expected 0 or 1, got {flag!r}")
+    if flag == "0":
         return off("off: KDAJIT_PYTHON_HOTPATH=0")
     if not os.path.dirname(lib.path):
         return off(f"libkdajit.so came from the system's search path ({lib.path}), not a directory")

@@ -374,6 +374,12 @@ class Hotpath(unittest.TestCase):
                              capture_output=True, text=True, check=True).stdout
         self.assertIn("'enabled': False", out)
         self.assertIn("KDAJIT_PYTHON_HOTPATH=0", out)
+        # A malformed value is an error naming the variable, at the first call.
+        env["KDAJIT_PYTHON_HOTPATH"] = "yes"
+        r = subprocess.run([sys.executable, "-c", "import kdajit; kdajit.hotpath_info()"], env=env,
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("KDAJIT_PYTHON_HOTPATH: expected 0 or 1, got 'yes'", r.stderr)
 
 
 class Helpers(unittest.TestCase):

@@ -30,10 +30,11 @@ struct Environment {
 
 // The variables read_environment() reads, in the order the docs list them.
 // KDAJIT_NVRTC is read where NVRTC is loaded (runtime/src/build/nvrtc_api.cpp: a
-// path, checked by loading it); KDAJIT_LIBRARY by the Python package only.
+// path, checked by loading it); KDAJIT_LIBRARY and KDAJIT_PYTHON_HOTPATH by the
+// Python package only.
 inline constexpr std::string_view kEnvironmentVariables[] = {
-    "KDAJIT_CACHE_DIR", "KDAJIT_CACHE_MAX_BYTES", "KDAJIT_DISABLE_JIT", "KDAJIT_LOG", "KDAJIT_ARCH",
-    "KDAJIT_NVRTC",     "KDAJIT_LIBRARY"};
+    "KDAJIT_CACHE_DIR", "KDAJIT_CACHE_MAX_BYTES", "KDAJIT_DISABLE_JIT", "KDAJIT_LOG",           "KDAJIT_ARCH",
+    "KDAJIT_NVRTC",     "KDAJIT_LIBRARY",         "KDAJIT_PYTHON_HOTPATH"};
 
 // Reads the process environment. Malformed values are errors naming the variable
 // and the expected value (the value quoted through printable()).
