@@ -92,11 +92,14 @@ struct State {
 };
 State g;  // guarded by the GIL
 
-// The metadata of the call's tensors, and each tensor's data pointer. False:
-// not a tensor, or a tensor whose sizes, strides or data are not plain (a
-// symbolic or nested tensor, a tensor without storage): the Python path decides.
-bool read_tensors(PyObject* const* objs, Py_ssize_t n, Key& key, void** data, int& x_device_type,
-                  int& x_device_index) {
+// Where x's device sits in a key: tensor 0's entries lead it.
+constexpr size_t kXDeviceType = 1, kXDeviceIndex = 2;
+
+// The metadata of the call's tensors (per tensor: dtype, device type, device
+// index, ndim, sizes, strides), and each tensor's data pointer. False: not a
+// tensor, or a tensor whose sizes, strides or data are not plain (a symbolic or
+// nested tensor, a tensor without storage): the Python path decides.
+bool read_tensors(PyObject* const* objs, Py_ssize_t n, Key& key, void** data) {
   key.clear();
   try {
     for (Py_ssize_t i = 0; i < n; ++i) {
@@ -112,10 +115,6 @@ bool read_tensors(PyObject* const* objs, Py_ssize_t n, Key& key, void** data, in
       key.insert(key.end(), sizes.begin(), sizes.end());
       key.insert(key.end(), strides.begin(), strides.end());
       data[i] = t.data_ptr();
-      if (i == 0) {
-        x_device_type = static_cast<int>(dev.type());
-        x_device_index = dev.index();
-      }
     }
   } catch (...) {
     return false;
@@ -134,14 +133,14 @@ bool to_f32(PyObject* o, float& out) {
   return !(std::isinf(out) && !std::isinf(v));
 }
 
-// The args of one call from the remembered layout, or nullptr (not handled).
-// args: op, lower_bound, norm_eps, mode, tensors...
-const kdajit_decode_args_t* fill(int op, PyObject* const* args, Py_ssize_t nargs, kdajit_decode_args_t& out,
-                                 int& x_device_type, int& x_device_index) {
+// The args of one call from the remembered layout, or nullptr (not handled);
+// g.scratch holds the call's key after it. args: op, lower_bound, norm_eps,
+// mode, tensors...
+const kdajit_decode_args_t* fill(int op, PyObject* const* args, Py_ssize_t nargs, kdajit_decode_args_t& out) {
   if (nargs != 4 + kTensors[op]) return nullptr;
   void* data[14];
   OpCache& c = g.cache[op];
-  if (!read_tensors(args + 4, kTensors[op], g.scratch, data, x_device_type, x_device_index)) return nullptr;
+  if (!read_tensors(args + 4, kTensors[op], g.scratch, data)) return nullptr;
   const kdajit_decode_args_t* tmpl = nullptr;
   if (c.last && g.scratch == c.last_key) {
     tmpl = c.last;
@@ -191,20 +190,14 @@ PyObject* not_handled() {
 PyObject* hp_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 2) return not_handled();
   const long op = PyLong_AsLong(args[0]);
-  if (op < 0 || op >= kOps || !g.fn[op]) {
-    PyErr_Clear();
-    return not_handled();
-  }
+  if (op < 0 || op >= kOps || !g.fn[op]) return not_handled();
   void* handle = PyLong_AsVoidPtr(args[1]);
-  if (!handle) {
-    PyErr_Clear();
-    return not_handled();
-  }
+  if (!handle) return not_handled();
   kdajit_decode_args_t a;
-  int dev_type = -1, dev_index = -1;
-  if (!fill(static_cast<int>(op), args + 1, nargs - 1, a, dev_type, dev_index) ||
-      dev_type != static_cast<int>(c10::DeviceType::CUDA) || !g.raw_stream)
+  if (!fill(static_cast<int>(op), args + 1, nargs - 1, a) ||
+      g.scratch[kXDeviceType] != static_cast<int64_t>(c10::DeviceType::CUDA) || !g.raw_stream)
     return not_handled();
+  const long dev_index = static_cast<long>(g.scratch[kXDeviceIndex]);
   // torch's current stream of x's device, as _ops._launch reads it.
   PyObject* idx = PyLong_FromLong(dev_index);
   if (!idx) return nullptr;
@@ -240,8 +233,7 @@ PyObject* hp_pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int op = op_of(args[0]);
   if (op < 0) return nullptr;
   kdajit_decode_args_t a;
-  int dev_type = -1, dev_index = -1;
-  if (!fill(op, args, nargs, a, dev_type, dev_index)) Py_RETURN_NONE;
+  if (!fill(op, args, nargs, a)) Py_RETURN_NONE;
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(&a), sizeof(a));
 }
 
@@ -266,8 +258,7 @@ PyObject* hp_remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Key key;
   void* data[14];
-  int dev_type = -1, dev_index = -1;
-  if (!read_tensors(args + 2, kTensors[op], key, data, dev_type, dev_index)) Py_RETURN_FALSE;
+  if (!read_tensors(args + 2, kTensors[op], key, data)) Py_RETURN_FALSE;
   OpCache& c = g.cache[op];
   if (c.layouts.size() >= kCacheLimit) {
     c.layouts.clear();
