@@ -80,6 +80,18 @@ def run_and_check(tc, p, what):
     return out
 
 
+def run_on_side_stream_and_check(tc, p, what):
+    """run_and_check on a new stream that first waits for the current one."""
+    before = kt.snapshot(p)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = p.call(kdajit)
+    s.synchronize()
+    kt.check(tc, p, before, out, what)
+    return out
+
+
 class Eager(unittest.TestCase):
     def test_single(self):
         cases = [
@@ -115,14 +127,7 @@ class Eager(unittest.TestCase):
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_side_stream_and_current_device(self):
-        p = gpu_problem("single", 8, 6, seed=3000)
-        before = kt.snapshot(p)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            out = p.call(kdajit)
-        s.synchronize()
-        kt.check(self, p, before, out, "side stream")
+        run_on_side_stream_and_check(self, gpu_problem("single", 8, 6, seed=3000), "side stream")
 
     def test_second_device(self):
         if FAKE or torch.cuda.device_count() < 2:
@@ -161,14 +166,8 @@ class Hotpath(unittest.TestCase):
                 self.assertEqual(self.calls(op), n + 1, f"{op}: the call went through kdajit._hotpath")
             # On a side stream too (the stream is read per call).
             p = make(4003)
-            before = kt.snapshot(p)
             n = self.calls(op)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                out = p.call(kdajit)
-            s.synchronize()
-            kt.check(self, p, before, out, f"{op}: side stream, _hotpath")
+            run_on_side_stream_and_check(self, p, f"{op}: side stream, _hotpath")
             self.assertEqual(self.calls(op), n + 1)
 
     def test_a_rejected_call_raises_as_the_python_path_does_and_writes_nothing(self):
