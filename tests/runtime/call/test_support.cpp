@@ -30,6 +30,18 @@ kdajit_config_t good_config() {
   return c;
 }
 
+// The C config of one key family (arch, device, mode and SM count at their defaults).
+kdajit_config_t config_of(Op op, int heads, StateDtype state, ConvLayout conv, int tokens, Gate gate) {
+  kdajit_config_t c = default_config();
+  c.op = op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED;
+  c.heads = heads;
+  c.state_dtype = state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
+  c.conv_layout = conv == ConvLayout::sd ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
+  c.tokens = tokens;
+  c.gate = gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+  return c;
+}
+
 void check_rejects(const kdajit_config_t& c, ErrorCode code, const std::string& part) {
   Status s = query_support(c);
   REQUIRE_FALSE(s.ok());
@@ -163,13 +175,7 @@ TEST_CASE("support: every key the selector picks for a preset's shapes is in the
     const std::set<KernelKey> have(keys->begin(), keys->end());
     size_t checked = 0;
     for (const KernelKey& k : *keys) {
-      kdajit_config_t c = default_config();
-      c.op = k.op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED;
-      c.heads = k.heads;
-      c.state_dtype = k.state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
-      c.conv_layout = k.conv == ConvLayout::sd ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
-      c.tokens = k.tokens;
-      c.gate = k.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+      kdajit_config_t c = config_of(k.op, k.heads, k.state, k.conv, k.tokens, k.gate);
       c.arch = "sm_90";
       for (auto mode : {KDAJIT_INDICES_UNIQUE_OR_NULL, KDAJIT_INDICES_POSITIVE_UNIQUE, KDAJIT_INDICES_REPEATED_POSITIVE}) {
         if (k.op == Op::packed && mode == KDAJIT_INDICES_REPEATED_POSITIVE) continue;
@@ -215,13 +221,7 @@ TEST_CASE("support: the query agrees with validation over the key space", "[supp
               // A bare device-like address: validation never dereferences it.
               auto v = validate_decode(op, build_args(cfg, uintptr_t{1} << 40));
 
-              kdajit_config_t q = default_config();
-              q.op = op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED;
-              q.heads = heads;
-              q.state_dtype = state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
-              q.conv_layout = conv == ConvLayout::sd ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
-              q.tokens = tokens;
-              q.gate = gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+              kdajit_config_t q = config_of(op, heads, state, conv, tokens, gate);
               for (size_t i = 0; i < kArchNames.size(); ++i) {
                 q.arch = kArchNames[i];
                 Status s = query_support(q);
