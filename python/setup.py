@@ -1,8 +1,8 @@
 """The kdajit Python package, with the libkdajit.so of a CMake build inside it.
 
-    KDAJIT_BUILD_DIR=build python3 -m pip install --no-index --no-build-isolation ./python
+    KDAJIT_BUILD_DIR="$PWD/build" python3 -m pip install --no-index --no-build-isolation ./python
 
-KDAJIT_BUILD_DIR is a CMake build directory (its runtime/libkdajit.so) or a
+KDAJIT_BUILD_DIR is the absolute path of a CMake build directory (its runtime/libkdajit.so) or a
 `cmake --install` prefix (its lib/libkdajit.so); default: ../build next to this
 file. The library is copied into the built package only, never into the source
 tree, and with it kdajit._hotpath (the C++ cache-hit path) when the build made one
@@ -28,6 +28,11 @@ def _version():
 
 def _library():
     root = os.environ.get("KDAJIT_BUILD_DIR") or os.path.join(HERE, os.pardir, "build")
+    if not os.path.isabs(root):
+        # pip runs this file in its own directory, not the caller's: a relative
+        # path would silently name another place.
+        raise SystemExit(f"kdajit setup: KDAJIT_BUILD_DIR: expected an absolute path (e.g. \"$PWD/build\"), "
+                         f"got {root!r}")
     tried = [os.path.join(root, *p, "libkdajit.so") for p in (("runtime",), ("lib",), ("lib64",), ())]
     for path in tried:
         if os.path.exists(path):

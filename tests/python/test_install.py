@@ -133,6 +133,14 @@ class Install(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("libkdajit.so not found", r.stdout + r.stderr)
 
+    def test_setup_rejects_a_relative_build_dir(self):
+        # pip runs setup.py in the package's directory: "build" would mean python/build there.
+        cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps",
+               "--disable-pip-version-check", "--target", os.path.join(self.tmp.name, "relative"), self.src]
+        r = subprocess.run(cmd, env=dict(os.environ, KDAJIT_BUILD_DIR="build"), capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("KDAJIT_BUILD_DIR: expected an absolute path", r.stdout + r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
