@@ -128,13 +128,14 @@ __device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h,
   }
 }
 
-// ---- where phase B's state slice comes from ----
+// ---- where kda_decode_head()'s state slice comes from ----
 // A state source has two hooks that kda_decode_head() calls with uniform
 // control flow: issue() at the very start (before any other load) and fetch()
 // at the start of phase B, which must leave the thread's slice in `raw`.
 //
 // GlobalState: the slice straight from global memory into registers, issued
-// first so that phase A runs while it is in flight.
+// first so that phase A runs while it is in flight. (The packed op's route
+// stream hands over a shared-memory stage instead: kda_stream.cuh.)
 struct GlobalState {
   __device__ __forceinline__ void issue(const KdaParams& p, int slot, int h, int v0, int warp, int lane,
                                         U4 (&raw)[kRowsPerLane]) const {
@@ -149,131 +150,46 @@ __device__ __forceinline__ int slice_unit(int warp, int lane) {
   return ((warp * kRowsPerWarp + lane / kLanesPerRow) * kD + (lane % kLanesPerRow) * kKPerLane) * kStateBytes / 16;
 }
 
-// ---- the work of one (sequence, head) ----
-// h: head. row0, L: the sequence's rows row0 .. row0+L-1 (1 <= L <= TT, all < R).
-// conv_slot, tap0: conv history = taps tap0..tap0+2 of conv_state[conv_slot].
-// src_slot: state slot the recurrence starts from. ckpt_lane: lane t (< TT)
-// holds the checkpoint slot of token t; S is stored there after token t when
-// that slot is valid. All slots the caller passes as conv/src are valid.
-// rank: this CTA's cluster rank (0 without a split); every rank of a cluster
-// calls this with the same arguments.
-//
-// Ordering (single op, repeated slots): every state element and conv tap is
-// read and written by the same thread with the same mapping on every call, and
-// each call ends its shared-memory use before the caller's __syncthreads, so a
-// CTA can walk rows that share a slot one after another.
-// state_in: where phase B's state slice comes from (GlobalState, or a
-// shared-memory stage the caller filled; see kda_stream.cuh).
-template <int TT, class StateIn = GlobalState>
-__device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm, int h, long long row0, int L,
-                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank,
-                                                StateIn&& state_in = StateIn{}) {
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int v0 = rank * kVRows;
+// ---- the phases of one (sequence, head), shared by every route ----
+// A: conv + SiLU per channel and the gates per (t, k) into Smem; B: the delta
+// rule over the tokens on the state slice in registers; C: gated RMSNorm and
+// the output. kda_decode_head() runs them in order on one CTA (rowcta,
+// sequential, split); route stream pipelines them over items (kda_stream.cuh).
 
-  // Issue the whole state slice first; phase A runs while it is in flight.
-  U4 raw[kRowsPerLane];
-  state_in.issue(p, src_slot, h, v0, warp, lane, raw);
-
-  // ---- phase A0: issue every other load; stage per-token inputs in smem ----
-  // Loads and stores only (plus a few scalar ops), so the loads of all
-  // tokens are in flight together while the code stays small for any T.
-  const long long cbase = static_cast<long long>(conv_slot) * p.conv_slot_stride;
-  unsigned short taps[kConvRounds][3];  // conv history of this thread's channels
-  float wts[kConvRounds][kW];
-#pragma unroll
-  for (int r = 0; r < kConvRounds; ++r) {
-    const int c = tid + r * kThreads;
-    if (c < kChans) {
-      const int hc = head_channel(c, v0);
-      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;  // j*hidden + h*D + d
-#pragma unroll
-      for (int w = 0; w < 3; ++w) taps[r][w] = p.conv_state[cbase + conv_tap_offset(chan, tap0 + w)];
-#pragma unroll
-      for (int w = 0; w < kW; ++w)  // weight [j][w][h*D + d] at (j*W + w)*hidden + h*D + d
-        wts[r][w] = p.conv_weight[((hc / kD) * kW + w) * kHidden + h * kD + hc % kD];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < (TT * kChans + kThreads - 1) / kThreads; ++r) {
-    const int item = tid + r * kThreads;
-    const int t = item / kChans;
-    const int hc = head_channel(item % kChans, v0);
-    if (t < L) sm.m[t][hc] = p.x[(row0 + t) * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD];
-  }
-  {
-    // kThreads is a multiple of kD, so this thread always stages the same k.
-    const int k = tid % kD;
-    const float bias = p.dt_bias[h * kD + k];
-#pragma unroll
-    for (int r = 0; r < (TT * kD + kThreads - 1) / kThreads; ++r) {
-      const int t = (tid + r * kThreads) / kD;
-      if (t < L) {
-        const long long row = row0 + t;
-        sm.decay[t][k] = bf16_to_f32(p.raw_gate[row * p.gate_row_stride + h * kD + k]) + bias;  // g
-        sm.sig_ogate[t][k] = bf16_to_f32(p.output_gate[row * p.ogate_row_stride + h * kD + k]);
-      }
-    }
-  }
-  if (tid < kD) sm.norm_w[tid] = p.norm_weight[tid];
-  if (tid < L) sm.beta[tid] = sigmoid(bf16_to_f32(p.raw_beta[(row0 + tid) * p.beta_row_stride + h]));
-  const float A = expf(p.A_log[h]);
-  __syncthreads();
-
-  // ---- phase A1: conv + SiLU per channel, gates per (t, k), in place ----
-  unsigned short last_x[kConvRounds];  // split: the new tap, written after the cluster barrier
-#pragma unroll
-  for (int r = 0; r < kConvRounds; ++r) {
-    const int c = tid + r * kThreads;
-    last_x[r] = 0;
-    if (c < kChans) {
-      const int hc = head_channel(c, v0);
-      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;
-      unsigned short* cs = p.conv_state + cbase;
-      // The window slides one tap per token (§2 step 1); the new window is written
-      // back as positions 0..L+1 = (tap0+1, tap0+2, x_0 .. x_{L-1}); positions
-      // above stay untouched. Every tap was read in A0, before any write.
-      float h0 = bf16_to_f32(taps[r][0]), h1 = bf16_to_f32(taps[r][1]), h2 = bf16_to_f32(taps[r][2]);
-      if constexpr (kSplit == 1) {
-        cs[conv_tap_offset(chan, 0)] = taps[r][1];
-        cs[conv_tap_offset(chan, 1)] = taps[r][2];
-      }
+// Conv + SiLU of one channel over tokens 0..L-1 (§2 step 1) with history
+// (h0, h1, h2) = its taps tap0..tap0+2 and weights w: x(t) gives token t's
+// input bits, out(t, x bits, m bits) takes m_t = round_bf16(SiLU(conv))
+// (rounding point 1). The window slides one tap per token.
+template <class X, class Out>
+__device__ __forceinline__ void conv_silu(const float (&w)[kW], float h0, float h1, float h2, int L, X&& x, Out&& out) {
 #pragma unroll 2
-      for (int t = 0; t < L; ++t) {
-        const unsigned short xb = sm.m[t][hc];
-        const float x = bf16_to_f32(xb);
-        float a = wts[r][0] * h0;
-        a = fmaf(wts[r][1], h1, a);
-        a = fmaf(wts[r][2], h2, a);
-        a = fmaf(wts[r][3], x, a);
-        sm.m[t][hc] = f32_to_bf16(a * sigmoid(a));  // rounding point 1
-        if constexpr (kSplit == 1) cs[conv_tap_offset(chan, t + 2)] = xb;
-        last_x[r] = xb;
-        h0 = h1;
-        h1 = h2;
-        h2 = x;
-      }
-    }
+  for (int t = 0; t < L; ++t) {
+    const unsigned short xb = x(t);
+    const float xt = bf16_to_f32(xb);
+    float a = w[0] * h0;
+    a = fmaf(w[1], h1, a);
+    a = fmaf(w[2], h2, a);
+    a = fmaf(w[3], xt, a);
+    out(t, xb, f32_to_bf16(a * sigmoid(a)));
+    h0 = h1;
+    h1 = h2;
+    h2 = xt;
   }
-  // Split: every rank has read (and used) its taps; the barrier completes after
-  // phase B, before any rank overwrites history another rank read.
-  if constexpr (kSplit > 1) cluster_arrive();
-  // Gate items start at the threads the conv leaves idle (thread (kChans + i) % kThreads).
-  for (int item = (tid + kThreads - kChans % kThreads) % kThreads; item < L * kD; item += kThreads) {
-    const int t = item / kD;
-    const int k = item % kD;
-    sm.decay[t][k] = gate_decay(sm.decay[t][k], A, p.lower_bound);
-    sm.sig_ogate[t][k] = sigmoid(sm.sig_ogate[t][k]);
-  }
-  __syncthreads();
+}
 
-  // ---- phase B: the delta rule, per token, each warp on its own rows ----
-  // Nothing in registers is indexed by t, so the token loop stays rolled
-  // (code size and compile time independent of T).
+// Phase B: the delta rule, per token, each warp on its own rows of the state
+// slice `raw` (this thread's part, as state_load() leaves it); token t's state
+// is stored to slot ckpt(t) when that slot is valid (ckpt is called with the
+// same t on every thread). Reads
+// Smem's m, decay and beta, writes delta and ob. Nothing in registers is
+// indexed by t, so the token loop stays rolled (code size and compile time
+// independent of T).
+template <int TT, class Ckpt>
+__device__ __forceinline__ void head_delta_rule(const KdaParams& p, Smem<TT>& sm, int h, int L, Ckpt&& ckpt, int v0,
+                                                const U4 (&raw)[kRowsPerLane]) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   float s[kRowsPerLane][kKPerLane];
-  state_in.fetch(warp, lane, raw);
   state_unpack(raw, s);
   const int k0 = (lane % kLanesPerRow) * kKPerLane;
   constexpr int kVals = 2 * kRowsPerLane;  // S'k and S'q of every row
@@ -371,37 +287,161 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
     }
     __syncwarp();  // all lanes have read delta before the next token rewrites it
 
-    const int ck = __shfl_sync(kFull, ckpt_lane, t);
+    const int ck = ckpt(t);
     if (slot_valid(ck, p.num_slots)) state_store(p, ck, h, v0, warp, lane, s);
   }
+}
+
+// Phase C without a split: gated RMSNorm of each token's ob and the output
+// rows row0 .. row0+L-1 of head h, warp w on tokens w, w + kWarps, ...
+template <int TT>
+__device__ __forceinline__ void head_norm_output(const KdaParams& p, const Smem<TT>& sm, int h, long long row0, int L) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int round = 0; round < (TT + kWarps - 1) / kWarps; ++round) {
+    const int t = warp + round * kWarps;
+    if (t < L) {
+      float ob[kD / 32];
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < kD / 32; ++e) {
+        ob[e] = bf16_to_f32(sm.ob[t][lane + 32 * e]);
+        ss = fmaf(ob[e], ob[e], ss);
+      }
+      ss = warp_sum(ss);
+      const float rn = rsqrtf(ss * (1.0f / kD) + p.norm_eps);
+      unsigned short* out = p.output + (row0 + t) * p.out_row_stride + h * kD;
+#pragma unroll
+      for (int e = 0; e < kD / 32; ++e) {
+        const int v = lane + 32 * e;
+        out[v] = f32_to_bf16(ob[e] * rn * sm.norm_w[v] * sm.sig_ogate[t][v]);  // rounding point 4
+      }
+    }
+  }
+}
+
+// ---- the work of one (sequence, head) on one CTA ----
+// h: head. row0, L: the sequence's rows row0 .. row0+L-1 (1 <= L <= TT, all < R).
+// conv_slot, tap0: conv history = taps tap0..tap0+2 of conv_state[conv_slot].
+// src_slot: state slot the recurrence starts from. ckpt_lane: lane t (< TT)
+// holds the checkpoint slot of token t; S is stored there after token t when
+// that slot is valid. All slots the caller passes as conv/src are valid.
+// rank: this CTA's cluster rank (0 without a split); every rank of a cluster
+// calls this with the same arguments. state_in: where the state slice comes
+// from (GlobalState, or a shared-memory stage the caller filled).
+//
+// Ordering (single op, repeated slots): every state element and conv tap is
+// read and written by the same thread with the same mapping on every call, and
+// each call ends its shared-memory use before the caller's __syncthreads, so a
+// CTA can walk rows that share a slot one after another.
+template <int TT, class StateIn = GlobalState>
+__device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm, int h, long long row0, int L,
+                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank,
+                                                StateIn&& state_in = StateIn{}) {
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int v0 = rank * kVRows;
+
+  // Issue the whole state slice first; phase A runs while it is in flight.
+  U4 raw[kRowsPerLane];
+  state_in.issue(p, src_slot, h, v0, warp, lane, raw);
+
+  // ---- phase A0: issue every other load; stage per-token inputs in smem ----
+  // Loads and stores only (plus a few scalar ops), so the loads of all
+  // tokens are in flight together while the code stays small for any T.
+  const long long cbase = static_cast<long long>(conv_slot) * p.conv_slot_stride;
+  unsigned short taps[kConvRounds][3];  // conv history of this thread's channels
+  float wts[kConvRounds][kW];
+#pragma unroll
+  for (int r = 0; r < kConvRounds; ++r) {
+    const int c = tid + r * kThreads;
+    if (c < kChans) {
+      const int hc = head_channel(c, v0);
+      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;  // j*hidden + h*D + d
+#pragma unroll
+      for (int w = 0; w < 3; ++w) taps[r][w] = p.conv_state[cbase + conv_tap_offset(chan, tap0 + w)];
+#pragma unroll
+      for (int w = 0; w < kW; ++w)  // weight [j][w][h*D + d] at (j*W + w)*hidden + h*D + d
+        wts[r][w] = p.conv_weight[((hc / kD) * kW + w) * kHidden + h * kD + hc % kD];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < (TT * kChans + kThreads - 1) / kThreads; ++r) {
+    const int item = tid + r * kThreads;
+    const int t = item / kChans;
+    const int hc = head_channel(item % kChans, v0);
+    if (t < L) sm.m[t][hc] = p.x[(row0 + t) * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD];
+  }
+  {
+    // kThreads is a multiple of kD, so this thread always stages the same k.
+    const int k = tid % kD;
+    const float bias = p.dt_bias[h * kD + k];
+#pragma unroll
+    for (int r = 0; r < (TT * kD + kThreads - 1) / kThreads; ++r) {
+      const int t = (tid + r * kThreads) / kD;
+      if (t < L) {
+        const long long row = row0 + t;
+        sm.decay[t][k] = bf16_to_f32(p.raw_gate[row * p.gate_row_stride + h * kD + k]) + bias;  // g
+        sm.sig_ogate[t][k] = bf16_to_f32(p.output_gate[row * p.ogate_row_stride + h * kD + k]);
+      }
+    }
+  }
+  if (tid < kD) sm.norm_w[tid] = p.norm_weight[tid];
+  if (tid < L) sm.beta[tid] = sigmoid(bf16_to_f32(p.raw_beta[(row0 + tid) * p.beta_row_stride + h]));
+  const float A = expf(p.A_log[h]);
+  __syncthreads();
+
+  // ---- phase A1: conv + SiLU per channel, gates per (t, k), in place ----
+  unsigned short last_x[kConvRounds];  // split: the new tap, written after the cluster barrier
+#pragma unroll
+  for (int r = 0; r < kConvRounds; ++r) {
+    const int c = tid + r * kThreads;
+    last_x[r] = 0;
+    if (c < kChans) {
+      const int hc = head_channel(c, v0);
+      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;
+      unsigned short* cs = p.conv_state + cbase;
+      // The new window is written back as positions 0..L+1 = (tap0+1, tap0+2,
+      // x_0 .. x_{L-1}); positions above stay untouched. Every tap was read in
+      // A0, before any write.
+      if constexpr (kSplit == 1) {
+        cs[conv_tap_offset(chan, 0)] = taps[r][1];
+        cs[conv_tap_offset(chan, 1)] = taps[r][2];
+      }
+      conv_silu(
+          wts[r], bf16_to_f32(taps[r][0]), bf16_to_f32(taps[r][1]), bf16_to_f32(taps[r][2]), L,
+          [&](int t) { return sm.m[t][hc]; },
+          [&](int t, unsigned short xb, unsigned short m) {
+            sm.m[t][hc] = m;
+            if constexpr (kSplit == 1) cs[conv_tap_offset(chan, t + 2)] = xb;
+            last_x[r] = xb;
+          });
+    }
+  }
+  // Split: every rank has read (and used) its taps; the barrier completes after
+  // phase B, before any rank overwrites history another rank read.
+  if constexpr (kSplit > 1) cluster_arrive();
+  // Gate items start at the threads the conv leaves idle (thread (kChans + i) % kThreads).
+  for (int item = (tid + kThreads - kChans % kThreads) % kThreads; item < L * kD; item += kThreads) {
+    const int t = item / kD;
+    const int k = item % kD;
+    sm.decay[t][k] = gate_decay(sm.decay[t][k], A, p.lower_bound);
+    sm.sig_ogate[t][k] = sigmoid(sm.sig_ogate[t][k]);
+  }
+  __syncthreads();
+
+  // ---- phase B ----
+  state_in.fetch(warp, lane, raw);
+  head_delta_rule<TT>(p, sm, h, L, [&](int t) { return __shfl_sync(kFull, ckpt_lane, t); }, v0, raw);
   // The next kernel on the stream may start its prologue (PDL; a no-op otherwise).
   pdl_launch_dependents();
   __syncthreads();
 
   // ---- phase C: gated RMSNorm and output ----
   if constexpr (kSplit == 1) {
-    // One warp per token.
-#pragma unroll
-    for (int round = 0; round < (TT + kWarps - 1) / kWarps; ++round) {
-      const int t = warp + round * kWarps;
-      if (t < L) {
-        float ob[kD / 32];
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < kD / 32; ++e) {
-          ob[e] = bf16_to_f32(sm.ob[t][lane + 32 * e]);
-          ss = fmaf(ob[e], ob[e], ss);
-        }
-        ss = warp_sum(ss);
-        const float rn = rsqrtf(ss * (1.0f / kD) + p.norm_eps);
-        unsigned short* out = p.output + (row0 + t) * p.out_row_stride + h * kD;
-#pragma unroll
-        for (int e = 0; e < kD / 32; ++e) {
-          const int v = lane + 32 * e;
-          out[v] = f32_to_bf16(ob[e] * rn * sm.norm_w[v] * sm.sig_ogate[t][v]);  // rounding point 4
-        }
-      }
-    }
+    head_norm_output<TT>(p, sm, h, row0, L);
   } else {
     // Split (T = 1): the conv history first (every rank read its taps before
     // the barrier that started after phase A1), then the RMSNorm sum: warp 0

@@ -18,68 +18,95 @@
 
 namespace kda {
 
-// The state slot sequence i's recurrence starts from when the sequence is live
-// (well formed, L > 0, conv and source slots valid), else 0. The same rule as
-// packed_item() below, for routes that request a live item's state early.
-__device__ __forceinline__ int packed_source_slot(const KdaParams& p, int i) {
-  if (i >= p.num_seqs) return 0;
-  const long long start = p.query_start_loc[i], end = p.query_start_loc[i + 1];
+// What the rules above make of sequence i: a pure function of its metadata
+// (start = qsl[i], end = qsl[i+1], accepted = num_accepted[i], slot(t) =
+// state_indices[i, t]; read only when i < N), so that a route can plan an item
+// before it runs it. slot() is called with the same t on every thread.
+struct PackedPlan {
+  bool has_seq;      // i < N
+  bool well_formed;  // has_seq and the rule above
+  bool live;         // well formed, L > 0, conv and source slots valid
+  long long start, end;
+  int L, a;          // rows; accepted tokens clamped to 1..T
+  int cs, src;       // conv slot (t = 0) and source slot (t = a-1), when well formed and L > 0
+};
+template <class Slot>
+__device__ __forceinline__ PackedPlan packed_plan(const KdaParams& p, int i, long long start, long long end,
+                                                  int accepted, Slot&& slot) {
+  PackedPlan q{};
+  q.has_seq = i < p.num_seqs;
+  q.start = start;
+  q.end = end;
   const long long L = end - start;
-  if (L <= 0 || L > kTokens || start < 0 || end > p.rows) return 0;
-  const int accepted = p.num_accepted[i];
-  const int a = accepted < 1 ? 1 : (accepted > kTokens ? kTokens : accepted);
-  const kda_i32* slots = p.state_indices + static_cast<long long>(i) * kTokens;
-  const int cs = slots[0], src = slots[a - 1];
-  return slot_valid(cs, p.num_slots) && slot_valid(src, p.num_slots) ? src : 0;
+  q.well_formed = q.has_seq && L >= 0 && L <= kTokens && start >= 0 && end <= p.rows;
+  q.L = q.well_formed ? static_cast<int>(L) : 0;
+  q.a = accepted < 1 ? 1 : (accepted > kTokens ? kTokens : accepted);
+  if (q.well_formed && q.L > 0) {
+    q.cs = slot(0);
+    q.src = slot(q.a - 1);
+    q.live = slot_valid(q.cs, p.num_slots) && slot_valid(q.src, p.num_slots);
+  }
+  return q;
 }
 
-// Work item i of head h: sequence i (if i < N) and tail row i (if i < R).
-// Every branch is uniform across the CTA (it depends on i and metadata only).
+// The state slot sequence i's recurrence starts from when it is live, else 0:
+// for routes that request a live item's state before they run it.
+__device__ __forceinline__ int packed_source_slot(const KdaParams& p, int i) {
+  if (i >= p.num_seqs) return 0;
+  const kda_i32* slots = p.state_indices + static_cast<long long>(i) * kTokens;
+  const PackedPlan q = packed_plan(p, i, p.query_start_loc[i], p.query_start_loc[i + 1], p.num_accepted[i],
+                                   [&](int t) { return slots[t]; });
+  return q.live ? q.src : 0;
+}
+
+// Everything item i of head h does besides the decode of a live sequence:
+// zeros for tail rows no sequence owns (qsl_first = qsl[0], qsl_last = qsl[N]),
+// for a malformed sequence's clipped rows and for a sequence that is not live,
+// and the out-of-range count (warp 0 of head 0; slot(lane) is lane's slot).
+// Every branch is uniform across the CTA.
+template <class Slot>
+__device__ __forceinline__ void packed_edges(const KdaParams& p, int h, int i, const PackedPlan& q, int qsl_first,
+                                             int qsl_last, Slot&& slot) {
+  if (i < p.rows && (i >= qsl_last || i < qsl_first)) zero_rows(p, h, i, i + 1);
+  if (!q.has_seq) return;
+  if (!q.well_formed) {
+    zero_rows(p, h, q.start > 0 ? q.start : 0, q.end < p.rows ? q.end : p.rows);
+    return;
+  }
+  if (h == 0 && threadIdx.x < 32 && p.oob_counter != nullptr) {
+    const int lane = threadIdx.x;
+    const int s = slot(lane < kTokens ? lane : 0);
+    const bool referenced = q.L > 0 && lane < kTokens && (lane == 0 || lane == q.a - 1 || lane < q.L);
+    const unsigned bad = __ballot_sync(kFull, referenced && s >= p.num_slots);
+    if (lane == 0 && bad != 0) atomicAdd(p.oob_counter, __popc(bad));
+  }
+  if (!q.live) zero_rows(p, h, q.start, q.end);
+}
+
+// Work item i of head h on one CTA (routes that give an item to one CTA).
 // state_in: where a live sequence's state comes from (kda_decode_head()).
 template <class StateIn = GlobalState>
 __device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& sm, int h, int i,
                                             StateIn&& state_in = StateIn{}) {
-  constexpr int TT = kTokens;
   const int lane = threadIdx.x & 31;
-
   // One round trip for all metadata: nothing below depends on a second load
   // except the state itself.
-  const bool has_seq = i < p.num_seqs;
   long long start = 0, end = 0;
   int accepted = 1, slot_lane = 0;
-  if (has_seq) {
+  if (i < p.num_seqs) {
     start = p.query_start_loc[i];
     end = p.query_start_loc[i + 1];
     accepted = p.num_accepted[i];
-    if (lane < TT) slot_lane = p.state_indices[static_cast<long long>(i) * TT + lane];
+    if (lane < kTokens) slot_lane = p.state_indices[static_cast<long long>(i) * kTokens + lane];
   }
-  // Rows no sequence owns (before qsl[0] or from qsl[N] on) are zeros.
-  if (i < p.rows && (i >= p.query_start_loc[p.num_seqs] || i < p.query_start_loc[0])) zero_rows(p, h, i, i + 1);
-  if (!has_seq) return;
-
-  const long long L = end - start;
-  if (L < 0 || L > TT || start < 0 || end > p.rows) {
-    zero_rows(p, h, start > 0 ? start : 0, end < p.rows ? end : p.rows);
-    return;
-  }
-  const int a = accepted < 1 ? 1 : (accepted > TT ? TT : accepted);
-  const int cs = __shfl_sync(kFull, slot_lane, 0);
-  const int src = __shfl_sync(kFull, slot_lane, a - 1);
-
-  if (h == 0 && threadIdx.x < 32 && p.oob_counter != nullptr) {
-    const bool referenced = L > 0 && lane < TT && (lane == 0 || lane == a - 1 || lane < L);
-    const unsigned bad = __ballot_sync(kFull, referenced && slot_lane >= p.num_slots);
-    if (lane == 0 && bad != 0) atomicAdd(p.oob_counter, __popc(bad));
-  }
-
-  const bool live = L > 0 && slot_valid(cs, p.num_slots) && slot_valid(src, p.num_slots);
-  if (!live) {
-    zero_rows(p, h, start, end);
-    return;
-  }
+  const int qsl_first = p.query_start_loc[0], qsl_last = p.query_start_loc[p.num_seqs];
+  auto slot = [&](int t) { return __shfl_sync(kFull, slot_lane, t); };
+  const PackedPlan q = packed_plan(p, i, start, end, accepted, slot);
+  packed_edges(p, h, i, q, qsl_first, qsl_last, slot);
+  if (!q.live) return;
   // Conv history = taps a-1 .. a+1 of conv_state[cs]; recurrence from state[src];
   // token t checkpoints to state_indices[i, t].
-  kda_decode_head<TT>(p, sm, h, start, static_cast<int>(L), cs, a - 1, src, slot_lane, 0, state_in);
+  kda_decode_head<kTokens>(p, sm, h, q.start, q.L, q.cs, q.a - 1, q.src, slot_lane, 0, state_in);
 }
 
 }  // namespace kda

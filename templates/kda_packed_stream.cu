@@ -27,12 +27,6 @@ struct PackedWork {
   __device__ __forceinline__ int source_slot(const KdaParams& p, long long i) const {
     return packed_source_slot(p, static_cast<int>(i / kHeads));
   }
-  // No L2 hints for the packed op. Measured on the H200 in one run, both ways
-  // (docs/PERFORMANCE.md, "Packed L2 prefetch"): without them, f32 cells are
-  // equal at T = 2 and 2-4% faster at T = 4, bf16 cells 1.5-3.5% faster except
-  // H = 16, N = 32 (2.5-3% slower). The hints need the sequence's metadata on
-  // warp 0's path before the stage hand-off, and phase A's rows are few.
-  __device__ __forceinline__ void prefetch_inputs(const KdaParams&, long long, int, int) const {}
   __device__ __forceinline__ void run(const KdaParams& p, long long i, int, StagedState<PackedWork>& in) const {
     packed_item(p, *sm, head(i), static_cast<int>(i / kHeads), in);
   }

@@ -247,6 +247,20 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, un
       : "memory");
 }
 
+// ---- cp.async: per-thread asynchronous copies global -> shared (route stream) ----
+// Each thread's copies complete at its next cp_async_wait_all(); a CTA barrier
+// after that makes every thread's copies visible to the CTA.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Asks the L2 to fetch the bytes [ptr, ptr + bytes), widened to whole 16-byte
 // units (which stay inside the pages of the first and last byte). A hint: no
 // completion, no ordering, no effect on any result.

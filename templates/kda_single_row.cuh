@@ -9,19 +9,22 @@
 
 namespace kda {
 
-// Row r of head h with slot s = state_indices[r]: null (s <= 0) or out-of-range
-// (s >= S) slots give zeros and no state or conv traffic (counted by head 0
-// only, so the counter counts rows); a valid slot is the conv history (taps
-// 0..2), the state source and the checkpoint.
-template <class StateIn = GlobalState>
-__device__ __forceinline__ void single_row(const KdaParams& p, Smem<1>& sm, int h, int r, int s,
-                                           StateIn&& state_in = StateIn{}) {
+// Row r of head h whose slot s = state_indices[r] is null (s <= 0) or out of
+// range (s >= S): zeros and no state or conv traffic; an out-of-range slot is
+// counted by head 0 only, so the counter counts rows.
+__device__ __forceinline__ void single_dead_row(const KdaParams& p, int h, int r, int s) {
+  if (s >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr) atomicAdd(p.oob_counter, 1);
+  zero_rows(p, h, r, r + 1);
+}
+
+// Row r of head h with slot s: a valid slot is the conv history (taps 0..2),
+// the state source and the checkpoint.
+__device__ __forceinline__ void single_row(const KdaParams& p, Smem<1>& sm, int h, int r, int s) {
   if (!slot_valid(s, p.num_slots)) {
-    if (s >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr) atomicAdd(p.oob_counter, 1);
-    zero_rows(p, h, r, r + 1);
+    single_dead_row(p, h, r, s);
     return;
   }
-  kda_decode_head<1>(p, sm, h, r, 1, s, 0, s, s, 0, state_in);
+  kda_decode_head<1>(p, sm, h, r, 1, s, 0, s, s, 0);
 }
 
 }  // namespace kda

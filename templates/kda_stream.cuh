@@ -1,6 +1,9 @@
-// The technique of route stream: a persistent grid whose CTAs walk work items
-// while the bulk copy engine streams the state slices of their next items into
-// shared memory (docs/DESIGN.md, "Route stream").
+// The technique of route stream for the packed op: a persistent grid whose
+// CTAs walk work items while the bulk copy engine streams the state slices of
+// their next items into shared memory (docs/DESIGN.md, "Route stream"). The
+// single op's stream runs the pipeline of kda_pipeline.cuh instead, which also
+// stages every input ahead; for the packed op that measured 2-7% slower (its
+// per-token inputs make the copies' address work outweigh the wait it saves).
 //
 // Why: in rowcta each CTA loads its slice, computes, then stores, so with two
 // CTAs per SM the DRAM idles through the compute phases; with bf16 state (half
@@ -56,36 +59,8 @@ __device__ __forceinline__ void request_slice(const KdaParams& p, int slot, int 
     bulk_copy_to_smem(reinterpret_cast<char*>(stage) + c * kChunk, src + c * kChunk, kChunk, bar);
 }
 
-// Lane `lane` of one warp asks the L2 for part `lane` of the inputs of (row,
-// head h) with conv slot `cs` and history taps tap0..tap0+2 that phase A reads:
-// x (q, k, v runs), raw_gate, output_gate, raw_beta, then the conv history
-// (SD: one 256-byte run per tap and part; DS: one run of all taps per part).
-// Returns the number of parts, so callers can stride lanes over rows.
-__device__ __forceinline__ int prefetch_row_inputs(const KdaParams& p, long long row, int h, int lane) {
-  constexpr unsigned kRun = kD * 2;  // one head's 128 bf16
-  if (lane < 3) prefetch_l2(p.x + row * p.x_row_stride + lane * kHidden + h * kD, kRun);
-  else if (lane == 3) prefetch_l2(p.raw_gate + row * p.gate_row_stride + h * kD, kRun);
-  else if (lane == 4) prefetch_l2(p.output_gate + row * p.ogate_row_stride + h * kD, kRun);
-  else if (lane == 5) prefetch_l2(p.raw_beta + row * p.beta_row_stride + h, 2);
-  return 6;
-}
-__device__ __forceinline__ int prefetch_conv_history(const KdaParams& p, int cs, int tap0, int h, int lane) {
-  constexpr unsigned kRun = kD * 2;
-  const unsigned short* base = p.conv_state + static_cast<long long>(cs) * p.conv_slot_stride;
-  if constexpr (KDA_CONV_DS) {
-    // Channels h*D .. h*D+127 of part j hold all their taps contiguously.
-    if (lane < 3) prefetch_l2(base + conv_tap_offset(lane * kHidden + h * kD, 0), kRun * kTaps);
-    return 3;
-  } else {
-    if (lane < 9) prefetch_l2(base + conv_tap_offset((lane % 3) * kHidden + h * kD, tap0 + lane / 3), kRun);
-    return 9;
-  }
-}
-
 // The state source of one item (kda_decode_head()): its stage, and what to
 // request into the stage once every thread has read it (next_slot 0: nothing).
-// Passing the stage on also asks the L2 for the next item's other inputs, so
-// its phase A reads them from L2 rather than DRAM.
 template <class Work>
 struct StagedState {
   const KdaParams* p;
@@ -97,12 +72,10 @@ struct StagedState {
   long long next_item;
   bool fetched = false;
 
-  // Warp 0, after a CTA barrier that followed every read of the stage.
+  // Thread 0, after a CTA barrier that followed every read of the stage.
   __device__ __forceinline__ void pass_on() const {
-    if (threadIdx.x < 32 && slot_valid(next_slot, p->num_slots)) {
-      if (threadIdx.x == 0) request_slice(*p, next_slot, work->head(next_item), stage, bar);
-      work->prefetch_inputs(*p, next_item, next_slot, threadIdx.x);
-    }
+    if (threadIdx.x == 0 && slot_valid(next_slot, p->num_slots))
+      request_slice(*p, next_slot, work->head(next_item), stage, bar);
   }
 
   __device__ __forceinline__ void issue(const KdaParams&, int, int, int, int, int, U4 (&)[kRowsPerLane]) const {}
@@ -121,7 +94,6 @@ struct StagedState {
 //   long long items(p)                   the launch's items
 //   int head(i)                          the head of item i (its slice's head)
 //   int source_slot(p, i)                the state slot item i reads, or 0 when it needs none
-//   void prefetch_inputs(p, i, slot, l)  lane l of warp 0: L2 hints for item i's other inputs
 //   void run(p, i, slot, in)             item i, calling in.fetch() exactly when slot is valid
 template <class Work>
 __device__ __forceinline__ void stream_items(const KdaParams& p, Work& work, U4* stages, unsigned long long* bars) {

@@ -515,6 +515,23 @@ TEST_CASE("stream: CTAs walk several items, with items that need no state among 
       }
 }
 
+// Route stream copies each item's row inputs ahead with cp.async in the widest
+// unit the row's address allows: row pads of 1, 2 and 4 elements put rows at
+// every alignment validation accepts (2, 4, 8 and 16 bytes), and with H = 3 the
+// last head's raw_beta sits at both halves of its 4-byte word.
+TEST_CASE("stream: row tensors at every alignment", "[gpu]") {
+  for (auto op : {Op::single, Op::packed})
+    for (int pad : {1, 2, 4}) {
+      DYNAMIC_SECTION(to_string(op) << " row_pad " << pad) {
+        ProblemSpec s = ref::default_spec(key_of(op, 3, StateDtype::f32, ConvLayout::sd, op == Op::single ? 1 : 3),
+                                          777 + pad);
+        s.row_pad = pad;
+        walk_several_items(s);
+        check_problem(s, runtime_for(Route::stream));
+      }
+    }
+}
+
 // PDL: a call launched with programmatic stream serialization waits on the grid
 // dependency before reading what the previous call wrote, so a chain of
 // dependent calls (window 2 reads window 1's checkpoints and conv history; a
