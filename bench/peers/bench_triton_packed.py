@@ -8,7 +8,8 @@ process on the same torch tensors; kdajit through the repository's Python packag
 bench/peers/README.md says what is measured and how to read it.
 
 The measurement helpers (Timer, copy_bandwidth, host_cost, summary, load_kdajit,
-write_json, ...) are bench_triton_peer.py's, imported from it; the kernels are in
+write_json, ...) and the driver (run_grid: setup, JSON, reference check, the grid,
+the table) are bench_triton_peer.py's, imported from it; the kernels are in
 triton_kda_packed.py; problems and the float64 reference of the reference check
 are tests/python/kda_testing.py's (imported by path). Only the grid's large
 problems are built here, on the device.
@@ -18,12 +19,9 @@ configuration could not be measured; 2 usage or environment error (no torch,
 Triton, CUDA or libkdajit); 3 the time limit cut the run short (partial results).
 """
 import argparse
-import datetime
-import faulthandler
 import importlib.util
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,8 +32,6 @@ sys.path.insert(0, HERE)
 
 import bench_triton_peer as peer  # noqa: E402  (puts python/ on sys.path too; imports no torch)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIME_LIMIT = peer.EXIT_OK, peer.EXIT_FAILED, peer.EXIT_USAGE, \
-    peer.EXIT_TIME_LIMIT
 D = 128
 W = 4
 log = peer.log
@@ -513,152 +509,40 @@ def table(configs):
 # --- Main --------------------------------------------------------------------------
 
 
+def config_label(config, padded):
+    h, n, t, s = config
+    return f"H={h:<3} N={n:<4} T={t:<2} {s:4s}" if padded else f"H={h} N={n} T={t} {s}"
+
+
+def record_fields(config):
+    h, n, t, s = config
+    return {"heads": h, "seqs": n, "tokens": t, "rows": n * t, "state": s}
+
+
+def skipped_fields(config):
+    h, n, t, s = config
+    return {"heads": h, "seqs": n, "tokens": t, "state": s}
+
+
 def main(argv):
     args = parse_args(argv)
-    t_start = time.perf_counter()
-    faulthandler.dump_traceback_later(args.watchdog, exit=True)
-
-    try:
-        import torch
-    except ImportError as e:
-        log(f"error: torch is needed: {e}")
-        return EXIT_USAGE
-    try:
-        lib_path, origin = peer.load_kdajit(args.lib)
-    except peer.SetupError as e:
-        log(f"error: {e}")
-        return EXIT_USAGE
-    kdajit = peer.kdajit
-    log(f"kdajit {kdajit.version()} from {lib_path} ({origin}) through the package at "
-        f"{os.path.dirname(kdajit.__file__)}; its ABI version and struct layout match the library")
-    try:
-        log(f"packed ABI self-test (kdajit.dry_run of the reference problems on host tensors): "
-            f"{abi_selftest(torch)}")
-    except kdajit.KdajitError as e:
-        log(f"error: {e}")
-        return EXIT_FAILED
-    if args.abi_only:
-        return EXIT_OK
-
-    try:
-        import triton
-
-        import triton_kda_packed  # noqa: F401  (compiles nothing yet; fails early on a Triton API mismatch)
-    except Exception as e:  # noqa: BLE001
-        log(f"error: Triton is needed: {type(e).__name__}: {e}")
-        return EXIT_USAGE
-    if not torch.cuda.is_available():
-        log("error: no CUDA device visible to torch")
-        return EXIT_USAGE
-    if args.device >= torch.cuda.device_count():
-        log(f"error: --device: expected 0..{torch.cuda.device_count() - 1}, got {args.device}")
-        return EXIT_USAGE
-    torch.cuda.set_device(args.device)
-    torch.empty(1, device="cuda")  # creates the context kdajit finds through the stream
-
-    props = torch.cuda.get_device_properties(args.device)
-    doc = {
-        "schema": "kdajit-peer-triton-packed/1",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "status": "running",
-        "gpu": {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                "sms": props.multi_processor_count, "memory_gib": props.total_memory / 2**30},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "torch_cuda": torch.version.cuda, "triton": triton.__version__, "kdajit": kdajit.version()},
-        "kdajit_library": lib_path,
-        "settings": {k: v for k, v in vars(args).items()},
-        "problem": {"lengths": "L = T for every sequence", "num_accepted_tokens": "random in 1..T",
-                    "slots": "a distinct valid slot per (n, t), shuffled; S = N*T + 3", "conv_layout": "sd",
-                    "gate": "bounded", "lower_bound": -5.0, "norm_eps": 1e-5},
-        "tolerances": {"reference_output": REF_OUTPUT_TOL, "reference_state": REF_STATE_TOL,
-                       "reference_state_change": REF_STATE_CHANGE_TOL,
-                       "peer_output": PEER_OUTPUT_TOL, "peer_state": PEER_STATE_TOL},
-        "configs": [],
-    }
-    log(f"GPU {props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs); "
-        f"torch {torch.__version__}, triton {triton.__version__}")
-
-    try:
-        # The process runtime, which every kdajit.packed_fused_kda_decode call uses.
-        kdajit.configure(cache_dir=args.cache_dir)
-        kdajit.runtime()
-    except (kdajit.KdajitError, ValueError) as e:
-        log(f"error: kdajit runtime: {e}")
-        return EXIT_USAGE
-
-    exit_code = EXIT_OK
-    try:
-        roof_gbps, copy_us = peer.copy_bandwidth(torch, args.copy_mib)
-        doc["copy_bandwidth_gbps"], doc["copy_us"] = roof_gbps, copy_us
-        log(f"copy roofline: {roof_gbps:.0f} GB/s ({args.copy_mib} MiB D2D, read + write counted)")
-        timer = peer.Timer(torch, args.flush_mib)
-        doc["stream_gate"] = timer.gated
-        if not timer.gated:
-            log("warning: torch.cuda._sleep is missing: replays are queued ungated (host gaps may be timed)")
-
-        log(f"reference check (float64, H={REF_HEADS}, T={REF_TOKENS}, {len(REF_LENGTHS)} sequences: short, "
-            f"empty, null conv slot, out-of-range source, invalid checkpoints, clamped accepted counts, "
-            f"rows below qsl[0] and past qsl[N], padded rows):")
-        doc["reference_check"] = reference_check(torch, args.seed, peer.DEVICE)
-        triton_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"].startswith("triton"))
-        kdajit_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"] == "kdajit")
-        doc["triton_matches_reference"], doc["kdajit_matches_reference"] = triton_ref_ok, kdajit_ref_ok
-        if not (triton_ref_ok and kdajit_ref_ok):
-            exit_code = EXIT_FAILED
-            log("WARNING: an implementation fails the float64 reference; its timings are still taken but "
-                "marked (triton_matches_reference / kdajit_matches_reference in the JSON)")
-        peer.write_json(args.json, doc)
-
-        configs = [(h, n, t, s) for h in args.heads for s in args.state for t in args.tokens for n in args.seqs]
-        for i, (h, n, t, s) in enumerate(configs):
-            if time.perf_counter() - t_start > args.time_limit:
-                log(f"time limit {args.time_limit:.0f} s reached: {len(configs) - i} configurations skipped")
-                doc["skipped"] = [{"heads": h2, "seqs": n2, "tokens": t2, "state": s2}
-                                  for h2, n2, t2, s2 in configs[i:]]
-                exit_code = EXIT_TIME_LIMIT
-                break
-            try:
-                rec = measure_config(torch, timer, h, n, t, s, args.seed + 1 + i, args, roof_gbps)
-            except Exception as e:  # noqa: BLE001  (e.g. out of memory building the problem)
-                log(f"  H={h} N={n} T={t} {s}: {type(e).__name__}: {e}")
-                rec = {"heads": h, "seqs": n, "tokens": t, "rows": n * t, "state": s, "seconds": 0.0,
-                       "error": f"{type(e).__name__}: {e}", "kdajit": {"status": "failed"},
-                       "triton": {"status": "failed"}, "check": {"status": "failed"}}
-                torch.cuda.empty_cache()
-            doc["configs"].append(rec)
-            kd, tr, chk = rec["kdajit"], rec["triton"], rec["check"]
-            log(f"  H={h:<3} N={n:<4} T={t:<2} {s:4s}  kdajit {fmt(kd.get('device_us', {}).get('median'), '.2f')} us  "
-                f"triton {fmt(tr.get('device_us', {}).get('median'), '.2f')} us  "
-                f"check {chk.get('status')}"
-                + (f" (output {chk['output_rel_l2']:.1e}, state {chk['state_rel_l2']:.1e}, "
-                   f"conv exact {chk['conv_state_exact']})" if "output_rel_l2" in chk else "")
-                + f"  [{rec['seconds']:.1f} s]")
-            if any(rec[k].get("status") != "ok" for k in ("kdajit", "triton", "check")) and exit_code == EXIT_OK:
-                exit_code = EXIT_FAILED
-            peer.write_json(args.json, doc)
-            # A sticky CUDA error (e.g. an illegal address) poisons every later call: stop here.
-            try:
-                torch.cuda.synchronize()
-            except Exception as e:  # noqa: BLE001
-                log(f"error: the CUDA context is unusable after H={h} N={n} T={t} {s}: {e}")
-                doc["status"] = "cuda_context_lost"
-                peer.write_json(args.json, doc)
-                return EXIT_FAILED
-    finally:
-        kdajit.runtime().close()  # the process runtime: nothing calls kdajit after this
-
-    doc["status"] = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_TIME_LIMIT: "time_limit"}[exit_code]
-    doc["total_seconds"] = time.perf_counter() - t_start
-    peer.write_json(args.json, doc)
-    print(f"\nkdajit vs Triton (3 kernels), packed KDA decode (draft verify, L = T), {props.name}; "
-          f"device us = median of {args.reps} graph replays after an L2 flush; "
-          f"%roof of {roof_gbps:.0f} GB/s copy; host us = eager call loop / {args.host_calls}; "
-          f"speedup = triton us / kdajit us")
-    if not doc.get("triton_matches_reference", True):
-        print("NOTE: the Triton path FAILED the float64 reference check: its times are of a wrong kernel")
-    print(table(doc["configs"]))
-    print(f"status {doc['status']}, {doc['total_seconds']:.0f} s" + (f", JSON {args.json}" if args.json else ""))
-    return exit_code
+    return peer.run_grid(
+        args, schema="kdajit-peer-triton-packed/1", kernels="triton_kda_packed",
+        selftest_title="packed ABI self-test (kdajit.dry_run of the reference problems on host tensors)",
+        selftest=abi_selftest,
+        doc_fields={"problem": {"lengths": "L = T for every sequence", "num_accepted_tokens": "random in 1..T",
+                                "slots": "a distinct valid slot per (n, t), shuffled; S = N*T + 3",
+                                "conv_layout": "sd", "gate": "bounded", "lower_bound": -5.0, "norm_eps": 1e-5}},
+        tolerances={"reference_output": REF_OUTPUT_TOL, "reference_state": REF_STATE_TOL,
+                    "reference_state_change": REF_STATE_CHANGE_TOL,
+                    "peer_output": PEER_OUTPUT_TOL, "peer_state": PEER_STATE_TOL},
+        reference_title=f"reference check (float64, H={REF_HEADS}, T={REF_TOKENS}, {len(REF_LENGTHS)} sequences: "
+                        f"short, empty, null conv slot, out-of-range source, invalid checkpoints, clamped accepted "
+                        f"counts, rows below qsl[0] and past qsl[N], padded rows):",
+        reference_check=lambda torch, seed: reference_check(torch, seed, peer.DEVICE),
+        configs=[(h, n, t, s) for h in args.heads for s in args.state for t in args.tokens for n in args.seqs],
+        label=config_label, record_fields=record_fields, skipped_fields=skipped_fields,
+        measure=measure_config, op_title="packed KDA decode (draft verify, L = T)", table=table)
 
 
 if __name__ == "__main__":

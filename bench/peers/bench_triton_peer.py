@@ -7,8 +7,9 @@ kdajit.fused_kda_decode over the library given by --lib). bench/peers/README.md 
 what is measured and how to read it.
 
 Over 500 lines: the driver of a comparison outside the library (options, the
-Triton tile search, timing, checks, JSON and table); the kernels and the problem
-generator are in triton_kda.py and kda_problem.py. Split it when it grows.
+Triton tile search, timing, checks, JSON and table; run_grid, the part that
+bench_triton_packed.py shares); the kernels and the problem generator are in
+triton_kda.py and kda_problem.py. Split it when it grows.
 
 Exit codes: 0 all measured and every check passed; 1 a check failed or a
 configuration could not be measured; 2 usage or environment error (no torch,
@@ -18,6 +19,7 @@ import argparse
 import dataclasses
 import datetime
 import faulthandler
+import importlib
 import json
 import math
 import os
@@ -585,8 +587,25 @@ def write_json(path, doc):
 # --- Main --------------------------------------------------------------------------
 
 
-def main(argv):
-    args = parse_args(argv)
+def run_grid(args, *, schema, kernels, selftest_title, selftest, doc_fields, tolerances, reference_title,
+             reference_check, configs, label, record_fields, skipped_fields, measure, op_title, table):
+    """The driver of a peer benchmark, this file's and bench_triton_packed.py's: setup
+    checks, the JSON document, the roofline, the reference check, the grid, the table.
+    Returns the exit code. What the two benchmarks differ in comes as arguments:
+
+    schema, doc_fields, tolerances: the document's "schema", its fields after
+        "settings" (in order), its "tolerances";
+    kernels: the name of the Triton kernels' module (imported before any GPU work);
+    selftest_title, selftest(torch): the ABI self-test's log line and the test (a
+        string; raises kdajit.KdajitError);
+    reference_title, reference_check(torch, seed): the reference check's log line
+        and the check (a list of entries with "impl" and "ok");
+    configs: the grid, tuples, passed as measure(torch, timer, *config, seed, args,
+        roof_gbps) -> the configuration's record;
+    label(config, padded): a configuration as the log names it ("H=8 R=1 f32");
+    record_fields(config), skipped_fields(config): its leading fields in the record
+        of a configuration that could not be measured, and in the "skipped" list;
+    op_title, table(records): the op as the table's title line names it; the table."""
     t_start = time.perf_counter()
     faulthandler.dump_traceback_later(args.watchdog, exit=True)
 
@@ -603,7 +622,7 @@ def main(argv):
     log(f"kdajit {kdajit.version()} from {lib_path} ({origin}) through the package at "
         f"{os.path.dirname(kdajit.__file__)}; its ABI version and struct layout match the library")
     try:
-        log(f"ABI self-test (kdajit.dry_run on host tensors, kdajit_validate_args): {abi_selftest()}")
+        log(f"{selftest_title}: {selftest(torch)}")
     except kdajit.KdajitError as e:
         log(f"error: {e}")
         return EXIT_FAILED
@@ -613,7 +632,7 @@ def main(argv):
     try:
         import triton
 
-        import triton_kda  # noqa: F401  (compiles nothing yet; fails early on a Triton API mismatch)
+        importlib.import_module(kernels)  # compiles nothing yet; fails early on a Triton API mismatch
     except Exception as e:  # noqa: BLE001
         log(f"error: Triton is needed: {type(e).__name__}: {e}")
         return EXIT_USAGE
@@ -628,7 +647,7 @@ def main(argv):
 
     props = torch.cuda.get_device_properties(args.device)
     doc = {
-        "schema": "kdajit-peer-triton/1",
+        "schema": schema,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "status": "running",
         "gpu": {"name": props.name, "capability": f"{props.major}.{props.minor}",
@@ -637,15 +656,15 @@ def main(argv):
                      "torch_cuda": torch.version.cuda, "triton": triton.__version__, "kdajit": kdajit.version()},
         "kdajit_library": lib_path,
         "settings": {k: v for k, v in vars(args).items()},
-        "tolerances": {"reference_output": REF_OUTPUT_TOL, "reference_state": REF_STATE_TOL,
-                       "peer_output": PEER_OUTPUT_TOL, "peer_state": PEER_STATE_TOL},
+        **doc_fields,
+        "tolerances": tolerances,
         "configs": [],
     }
     log(f"GPU {props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs); "
         f"torch {torch.__version__}, triton {triton.__version__}")
 
     try:
-        # The process runtime, which every kdajit.fused_kda_decode call uses.
+        # The process runtime, which every kdajit op call uses.
         kdajit.configure(cache_dir=args.cache_dir)
         kdajit.runtime()
     except (kdajit.KdajitError, ValueError) as e:
@@ -662,7 +681,7 @@ def main(argv):
         if not timer.gated:
             log("warning: torch.cuda._sleep is missing: replays are queued ungated (host gaps may be timed)")
 
-        log("reference check (float64, H=2, 3 live + 1 null + 1 out-of-range row, padded rows):")
+        log(reference_title)
         doc["reference_check"] = reference_check(torch, args.seed)
         triton_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"].startswith("triton"))
         kdajit_ref_ok = all(r["ok"] for r in doc["reference_check"] if r["impl"] == "kdajit")
@@ -673,23 +692,22 @@ def main(argv):
                 "marked (triton_matches_reference / kdajit_matches_reference in the JSON)")
         write_json(args.json, doc)
 
-        configs = [(h, r, s) for h in args.heads for s in args.state for r in args.rows]
-        for i, (h, r, s) in enumerate(configs):
+        for i, config in enumerate(configs):
             if time.perf_counter() - t_start > args.time_limit:
                 log(f"time limit {args.time_limit:.0f} s reached: {len(configs) - i} configurations skipped")
-                doc["skipped"] = [{"heads": h2, "rows": r2, "state": s2} for h2, r2, s2 in configs[i:]]
+                doc["skipped"] = [skipped_fields(c) for c in configs[i:]]
                 exit_code = EXIT_TIME_LIMIT
                 break
             try:
-                rec = measure_config(torch, timer, h, r, s, args.seed + 1 + i, args, roof_gbps)
+                rec = measure(torch, timer, *config, args.seed + 1 + i, args, roof_gbps)
             except Exception as e:  # noqa: BLE001  (e.g. out of memory building the problem)
-                log(f"  H={h} R={r} {s}: {type(e).__name__}: {e}")
-                rec = {"heads": h, "rows": r, "state": s, "seconds": 0.0, "error": f"{type(e).__name__}: {e}",
+                log(f"  {label(config, False)}: {type(e).__name__}: {e}")
+                rec = {**record_fields(config), "seconds": 0.0, "error": f"{type(e).__name__}: {e}",
                        "kdajit": {"status": "failed"}, "triton": {"status": "failed"}, "check": {"status": "failed"}}
                 torch.cuda.empty_cache()
             doc["configs"].append(rec)
             kd, tr, chk = rec["kdajit"], rec["triton"], rec["check"]
-            log(f"  H={h:<3} R={r:<4} {s:4s}  kdajit {fmt(kd.get('device_us', {}).get('median'), '.2f')} us  "
+            log(f"  {label(config, True)}  kdajit {fmt(kd.get('device_us', {}).get('median'), '.2f')} us  "
                 f"triton {fmt(tr.get('device_us', {}).get('median'), '.2f')} us  "
                 f"check {chk.get('status')}"
                 + (f" (output {chk['output_rel_l2']:.1e}, state {chk['state_rel_l2']:.1e}, "
@@ -702,7 +720,7 @@ def main(argv):
             try:
                 torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001
-                log(f"error: the CUDA context is unusable after H={h} R={r} {s}: {e}")
+                log(f"error: the CUDA context is unusable after {label(config, False)}: {e}")
                 doc["status"] = "cuda_context_lost"
                 write_json(args.json, doc)
                 return EXIT_FAILED
@@ -712,7 +730,7 @@ def main(argv):
     doc["status"] = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_TIME_LIMIT: "time_limit"}[exit_code]
     doc["total_seconds"] = time.perf_counter() - t_start
     write_json(args.json, doc)
-    print(f"\nkdajit vs Triton (3 kernels), single-token KDA decode, {props.name}; "
+    print(f"\nkdajit vs Triton (3 kernels), {op_title}, {props.name}; "
           f"device us = median of {args.reps} graph replays after an L2 flush; "
           f"%roof of {roof_gbps:.0f} GB/s copy; host us = eager call loop / {args.host_calls}; "
           f"speedup = triton us / kdajit us")
@@ -721,6 +739,31 @@ def main(argv):
     print(table(doc["configs"]))
     print(f"status {doc['status']}, {doc['total_seconds']:.0f} s" + (f", JSON {args.json}" if args.json else ""))
     return exit_code
+
+
+def config_label(config, padded):
+    h, r, s = config
+    return f"H={h:<3} R={r:<4} {s:4s}" if padded else f"H={h} R={r} {s}"
+
+
+def config_fields(config):
+    h, r, s = config
+    return {"heads": h, "rows": r, "state": s}
+
+
+def main(argv):
+    args = parse_args(argv)
+    return run_grid(
+        args, schema="kdajit-peer-triton/1", kernels="triton_kda",
+        selftest_title="ABI self-test (kdajit.dry_run on host tensors, kdajit_validate_args)",
+        selftest=lambda torch: abi_selftest(), doc_fields={},
+        tolerances={"reference_output": REF_OUTPUT_TOL, "reference_state": REF_STATE_TOL,
+                    "peer_output": PEER_OUTPUT_TOL, "peer_state": PEER_STATE_TOL},
+        reference_title="reference check (float64, H=2, 3 live + 1 null + 1 out-of-range row, padded rows):",
+        reference_check=reference_check,
+        configs=[(h, r, s) for h in args.heads for s in args.state for r in args.rows],
+        label=config_label, record_fields=config_fields, skipped_fields=config_fields,
+        measure=measure_config, op_title="single-token KDA decode", table=table)
 
 
 if __name__ == "__main__":
