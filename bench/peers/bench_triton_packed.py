@@ -18,7 +18,6 @@ Exit codes: 0 all measured and every check passed; 1 a check failed or a
 configuration could not be measured; 2 usage or environment error (no torch,
 Triton, CUDA or libkdajit); 3 the time limit cut the run short (partial results).
 """
-import argparse
 import importlib.util
 import math
 import os
@@ -68,44 +67,21 @@ def kda_testing():
     return _kt
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--lib", default="build-device/runtime/libkdajit.so", help="path of libkdajit.so")
-    ap.add_argument("--json", default=None, help="write every number here (rewritten after each configuration)")
-    ap.add_argument("--heads", type=peer.int_list, default=[16, 64], help="H values")
+def grid_arguments(ap):
     ap.add_argument("--seqs", type=peer.int_list, default=[1, 8, 32, 128], help="N values (sequences)")
     ap.add_argument("--tokens", type=peer.int_list, default=[2, 4], help="T values (tokens per sequence, L = T)")
-    ap.add_argument("--state", type=peer.state_list, default=["f32", "bf16"], help="state dtypes")
-    ap.add_argument("--reps", type=int, default=50, help="timed graph replays per implementation and configuration")
-    ap.add_argument("--tune-reps", type=int, default=10, help="replays per Triton tile variant when picking one")
-    ap.add_argument("--host-calls", type=int, default=100, help="eager calls of the host-cost loop")
-    ap.add_argument("--flush-mib", type=int, default=256, help="L2 flush buffer zeroed before every replay")
-    ap.add_argument("--copy-mib", type=int, default=2048, help="size of the D2D copy that sets the roofline")
-    ap.add_argument("--seed", type=int, default=20261201)
-    ap.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
-    ap.add_argument("--cache-dir", default=None,
-                    help="kdajit kernel cache (default: KDAJIT_CACHE_DIR, ~/.cache/kdajit)")
-    ap.add_argument("--time-limit", type=float, default=150.0,
-                    help="seconds after which no further configuration starts (exit 3)")
-    ap.add_argument("--watchdog", type=float, default=200.0,
-                    help="seconds after which the process dumps its stack and exits (a hung GPU)")
-    ap.add_argument("--abi-only", action="store_true",
-                    help="map the reference-check problems through kdajit.dry_run on host tensors "
-                         "(the package's mapping and kdajit_validate_args, no GPU, no Triton) and exit")
+
+
+def parse_args(argv):
+    ap = peer.peer_arguments(
+        __doc__.split("\n\n")[0], heads=[16, 64], grid=grid_arguments, host_calls=100, seed=20261201,
+        time_limit=150.0, watchdog=200.0,
+        abi_only_help="map the reference-check problems through kdajit.dry_run on host tensors "
+                      "(the package's mapping and kdajit_validate_args, no GPU, no Triton) and exit")
     args = ap.parse_args(argv)
-    for name in ("reps", "tune_reps", "host_calls", "flush_mib", "copy_mib"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
-    for h in args.heads:
-        if not 1 <= h <= 128:
-            ap.error(f"--heads: expected values in 1..128, got {h}")
-    for n in args.seqs:
-        if not 1 <= n <= 65536:
-            ap.error(f"--seqs: expected values in 1..65536, got {n}")
-    for t in args.tokens:
-        if not 1 <= t <= 16:
-            ap.error(f"--tokens: expected values in 1..16, got {t}")
+    peer.check_peer_arguments(ap, args)
+    peer.check_range(ap, "seqs", args.seqs, 1, 65536)
+    peer.check_range(ap, "tokens", args.tokens, 1, 16)
     return args
 
 
@@ -493,16 +469,8 @@ def table(configs):
     head = " ".join(t.rjust(w) for t, w in COLUMNS)
     lines = [head + "  kdajit key", "-" * (len(head) + 13)]
     for c in configs:
-        kd, tr, chk = c["kdajit"], c["triton"], c["check"]
-        dev_kd, dev_tr = (e.get("device_us", {}).get("median") for e in (kd, tr))
-        host_kd, host_tr = (e.get("host", {}).get("loop_us_per_call") for e in (kd, tr))
-        tile = f"bv{tr['variant']['bv']} w{tr['variant']['num_warps']}" if "variant" in tr else "-"
-        check = {"ok": "ok", "mismatch": "MISMATCH", "failed": "FAILED"}.get(chk.get("status"), str(chk.get("status")))
-        cells = [str(c["heads"]), str(c["seqs"]), str(c["tokens"]), c["state"],
-                 fmt(dev_kd, ".2f"), fmt(dev_tr, ".2f"), fmt(c.get("speedup"), ".2f", "x"),
-                 fmt(kd.get("pct_of_copy_bandwidth"), ".1f", "%"), fmt(tr.get("pct_of_copy_bandwidth"), ".1f", "%"),
-                 fmt(host_kd, ".1f"), fmt(host_tr, ".1f"), tile, check]
-        lines.append(" ".join(text.rjust(w) for text, (_, w) in zip(cells, COLUMNS)) + "  " + kd.get("key", "-"))
+        cells = [str(c["heads"]), str(c["seqs"]), str(c["tokens"]), c["state"]] + peer.measurement_cells(c)
+        lines.append(" ".join(text.rjust(w) for text, (_, w) in zip(cells, COLUMNS)) + "  " + c["kdajit"].get("key", "-"))
     return "\n".join(lines)
 
 

@@ -82,39 +82,57 @@ def state_list(text):
     return values
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def peer_arguments(description, *, heads, grid, host_calls, seed, time_limit, watchdog, abi_only_help):
+    """The options both peer benchmarks take, in their --help order; grid(ap) adds
+    the op's own grid options after --heads. check_peer_arguments() checks them."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--lib", default="build-device/runtime/libkdajit.so", help="path of libkdajit.so")
     ap.add_argument("--json", default=None, help="write every number here (rewritten after each configuration)")
-    ap.add_argument("--heads", type=int_list, default=[8, 16, 32, 64], help="H values")
-    ap.add_argument("--rows", type=int_list, default=[1, 8, 32, 128, 512], help="R values")
+    ap.add_argument("--heads", type=int_list, default=heads, help="H values")
+    grid(ap)
     ap.add_argument("--state", type=state_list, default=["f32", "bf16"], help="state dtypes")
     ap.add_argument("--reps", type=int, default=50, help="timed graph replays per implementation and configuration")
     ap.add_argument("--tune-reps", type=int, default=10, help="replays per Triton tile variant when picking one")
-    ap.add_argument("--host-calls", type=int, default=200, help="eager calls of the host-cost loop")
+    ap.add_argument("--host-calls", type=int, default=host_calls, help="eager calls of the host-cost loop")
     ap.add_argument("--flush-mib", type=int, default=256, help="L2 flush buffer zeroed before every replay")
     ap.add_argument("--copy-mib", type=int, default=2048, help="size of the D2D copy that sets the roofline")
-    ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
     ap.add_argument("--cache-dir", default=None, help="kdajit kernel cache (default: KDAJIT_CACHE_DIR, ~/.cache/kdajit)")
-    ap.add_argument("--time-limit", type=float, default=200.0,
+    ap.add_argument("--time-limit", type=float, default=time_limit,
                     help="seconds after which no further configuration starts (exit 3)")
-    ap.add_argument("--watchdog", type=float, default=235.0,
+    ap.add_argument("--watchdog", type=float, default=watchdog,
                     help="seconds after which the process dumps its stack and exits (a hung GPU)")
-    ap.add_argument("--abi-only", action="store_true",
-                    help="check that the kdajit package loads --lib and maps a call on CPU tensors "
-                         "(kdajit.dry_run, no GPU) and exit")
-    args = ap.parse_args(argv)
+    ap.add_argument("--abi-only", action="store_true", help=abi_only_help)
+    return ap
+
+
+def check_peer_arguments(ap, args):
+    """The checks of peer_arguments()' options (ap.error names the option and the expected value)."""
     for name in ("reps", "tune_reps", "host_calls", "flush_mib", "copy_mib"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
     for h in args.heads:
         if not 1 <= h <= 128:
             ap.error(f"--heads: expected values in 1..128, got {h}")
-    for r in args.rows:
-        if not 1 <= r <= 65536:
-            ap.error(f"--rows: expected values in 1..65536, got {r}")
+
+
+def check_range(ap, name, values, lo, hi):
+    for v in values:
+        if not lo <= v <= hi:
+            ap.error(f"--{name}: expected values in {lo}..{hi}, got {v}")
+
+
+def parse_args(argv):
+    ap = peer_arguments(
+        __doc__.split("\n\n")[0], heads=[8, 16, 32, 64],
+        grid=lambda ap: ap.add_argument("--rows", type=int_list, default=[1, 8, 32, 128, 512], help="R values"),
+        host_calls=200, seed=20261130, time_limit=200.0, watchdog=235.0,
+        abi_only_help="check that the kdajit package loads --lib and maps a call on CPU tensors "
+                      "(kdajit.dry_run, no GPU) and exit")
+    args = ap.parse_args(argv)
+    check_peer_arguments(ap, args)
+    check_range(ap, "rows", args.rows, 1, 65536)
     return args
 
 
@@ -558,19 +576,24 @@ COLUMNS = (("H", 3), ("R", 4), ("state", 5), ("kdajit us", 9), ("triton us", 9),
            ("kd %roof", 8), ("tr %roof", 8), ("kd host us", 10), ("tr host us", 10), ("tr tile", 8), ("check", 8))
 
 
+def measurement_cells(c):
+    """A configuration's table cells after its grid columns (both peer benchmarks):
+    device times, speedup, % of the roofline, host cost, Triton tile, check."""
+    kd, tr, chk = c["kdajit"], c["triton"], c["check"]
+    dev_kd, dev_tr = (e.get("device_us", {}).get("median") for e in (kd, tr))
+    host_kd, host_tr = (e.get("host", {}).get("loop_us_per_call") for e in (kd, tr))
+    tile = f"bv{tr['variant']['bv']} w{tr['variant']['num_warps']}" if "variant" in tr else "-"
+    check = {"ok": "ok", "mismatch": "MISMATCH", "failed": "FAILED"}.get(chk.get("status"), str(chk.get("status")))
+    return [fmt(dev_kd, ".2f"), fmt(dev_tr, ".2f"), fmt(c.get("speedup"), ".2f", "x"),
+            fmt(kd.get("pct_of_copy_bandwidth"), ".1f", "%"), fmt(tr.get("pct_of_copy_bandwidth"), ".1f", "%"),
+            fmt(host_kd, ".1f"), fmt(host_tr, ".1f"), tile, check]
+
+
 def table(configs):
     lines = [" ".join(t.rjust(w) for t, w in COLUMNS)]
     lines.append("-" * len(lines[0]))
     for c in configs:
-        kd, tr, chk = c["kdajit"], c["triton"], c["check"]
-        dev_kd, dev_tr = (e.get("device_us", {}).get("median") for e in (kd, tr))
-        host_kd, host_tr = (e.get("host", {}).get("loop_us_per_call") for e in (kd, tr))
-        tile = f"bv{tr['variant']['bv']} w{tr['variant']['num_warps']}" if "variant" in tr else "-"
-        check = {"ok": "ok", "mismatch": "MISMATCH", "failed": "FAILED"}.get(chk.get("status"), str(chk.get("status")))
-        cells = [str(c["heads"]), str(c["rows"]), c["state"],
-                 fmt(dev_kd, ".2f"), fmt(dev_tr, ".2f"), fmt(c.get("speedup"), ".2f", "x"),
-                 fmt(kd.get("pct_of_copy_bandwidth"), ".1f", "%"), fmt(tr.get("pct_of_copy_bandwidth"), ".1f", "%"),
-                 fmt(host_kd, ".1f"), fmt(host_tr, ".1f"), tile, check]
+        cells = [str(c["heads"]), str(c["rows"]), c["state"]] + measurement_cells(c)
         lines.append(" ".join(text.rjust(w) for text, (_, w) in zip(cells, COLUMNS)))
     return "\n".join(lines)
 
