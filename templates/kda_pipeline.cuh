@@ -37,29 +37,19 @@
 #ifndef KDAJIT_KDA_PIPELINE_CUH
 #define KDAJIT_KDA_PIPELINE_CUH
 
-#ifndef KDA_STAGES
-#define KDA_STAGES 1  // hole: shared-memory state stages (items in flight ahead), 1 or 2
-#endif
-
 #include "kda_params.h"
 #include "kda_head.cuh"
+#include "kda_state_stage.cuh"
 
 namespace kda {
 
 enum : int {
-  kStages = KDA_STAGES,
-  kSliceBytes = kVRows * kD * kStateBytes,  // one (slot, head) state slice, contiguous in the pool
-  kSliceUnits = kSliceBytes / 16,
-  kCopyChunks = 4,  // bulk copies per slice (issued back to back by one thread)
-  kMetaRing = 4,    // metadata of items j .. j+3
+  kMetaRing = 4,  // metadata of items j .. j+3
   kMetaInts = 3 + kTokens,
   // Conv history of one item as staged: SD taps tap0..tap0+2 of each part
   // ([part][w][d]); DS every tap of each part's channels ([part][d][K]).
   kHistElems = KDA_CONV_DS ? 3 * kD * kTaps : 3 * 3 * kD,
 };
-static_assert(kStages == 1 || kStages == 2, "KDA_STAGES must be 1 or 2");
-static_assert(kSplit == 1, "a stage holds a whole slice");
-static_assert(kSliceBytes % (16 * kCopyChunks) == 0, "bulk copies move multiples of 16 bytes");
 
 // One item's inputs, copied from global memory ahead of its phase A.
 struct StagedInputs {
@@ -73,12 +63,10 @@ struct StagedInputs {
   float a_log;
 };
 
-template <class Work>
 struct StreamSmem {
   Smem<kTokens> head;  // phase A's outputs, delta, ob (kda_head.cuh)
   StagedInputs in;
   int meta[kMetaRing][kMetaInts];  // Work's metadata of items j .. j+3, ring slot = item ordinal % 4
-  int shared_meta[2];              // Work's per-launch metadata (packed: qsl[0], qsl[N])
   unsigned long long bars[kStages];
 };
 
@@ -217,22 +205,6 @@ __device__ __forceinline__ void staged_phase_a(const KdaParams& p, Smem<kTokens>
   }
 }
 
-// Thread 0: requests the slice of (slot, h) into `stage`, counted on `bar`. The
-// caller made every earlier read of `stage` CTA-wide (a barrier) and waited
-// for the stage's previous copy.
-__device__ __forceinline__ void request_slice(const KdaParams& p, int slot, int h, U4* stage,
-                                              unsigned long long* bar) {
-  const char* src = static_cast<const char*>(p.state) +
-                    (static_cast<long long>(slot) * p.state_slot_stride + static_cast<long long>(h) * kD * kD) *
-                        kStateBytes;
-  fence_proxy_async();
-  mbar_arrive_expect_tx(bar, kSliceBytes);
-  constexpr int kChunk = kSliceBytes / kCopyChunks;
-#pragma unroll
-  for (int c = 0; c < kCopyChunks; ++c)
-    bulk_copy_to_smem(reinterpret_cast<char*>(stage) + c * kChunk, src + c * kChunk, kChunk, bar);
-}
-
 // What a stream item is: its rows, its conv history and state source, whether
 // it is decoded at all (live), from its metadata alone.
 struct StreamPlan {
@@ -244,14 +216,13 @@ struct StreamPlan {
 // Walks this CTA's items. Work (one per op):
 //   long long items(p)                      the launch's items
 //   int head(i)                             the head of item i
-//   void load_shared_meta(p, int* m2)       thread 0, once: per-launch metadata (plain loads)
 //   void load_meta(p, i, int* m)            cp.async of item i's metadata into m (kMetaInts ints)
 //   StreamPlan plan(p, i, m)                item i's plan from its metadata
-//   void edges(p, i, plan, m, m2)           item i's zeros and counters (every thread, uniform)
+//   void edges(p, i, plan, m)               item i's zeros and counters (every thread, uniform)
 //   int ckpt_slot(m, t)                     the checkpoint slot of token t (< T)
 //   long long first_row(i, m)               a live item's first row (plan(p, i, m).row0)
 template <class Work>
-__device__ __forceinline__ void stream_items(const KdaParams& p, const Work& work, StreamSmem<Work>& ss, U4* stages) {
+__device__ __forceinline__ void stream_items(const KdaParams& p, const Work& work, StreamSmem& ss, U4* stages) {
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
@@ -261,7 +232,6 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
   }
   pdl_wait();  // everything below may read what the previous kernel wrote
   if (tid < kD) ss.head.norm_w[tid] = p.norm_weight[tid];
-  if (tid == 0) work.load_shared_meta(p, ss.shared_meta);
 
   const long long items = work.items(p);
   const int step = gridDim.x;
@@ -309,7 +279,7 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
     {
       const StreamPlan q = work.plan(p, i, m);
       L = q.live ? q.L : 0;
-      work.edges(p, i, q, m, ss.shared_meta);
+      work.edges(p, i, q, m);
       if (q.live) staged_phase_a(p, ss.head, ss.in, work.head(i), q.row0, q.L, q.cs, q.tap0);
     }
     __syncthreads();  // B2: Smem holds item i's phase A; ss.in is free

@@ -1,7 +1,7 @@
 // kda_single_decode, route stream: fused KDA decode, one token per row
 // (docs/CONTRACT.md §2-§3); a persistent grid walks the (row, head) items in a
 // pipeline that streams their slots, inputs and state slices ahead into shared
-// memory (kda_stream.cuh).
+// memory (kda_pipeline.cuh).
 //
 // Item i = row i / H, head i % H: consecutive CTAs share rows, so x, the gates
 // and the output rows of a row are in flight together. Rows run concurrently,
@@ -26,7 +26,6 @@ struct SingleWork {
     return static_cast<long long>(p.rows) * kHeads;
   }
   __device__ __forceinline__ int head(long long i) const { return static_cast<int>(i % kHeads); }
-  __device__ __forceinline__ void load_shared_meta(const KdaParams&, int*) const {}
   __device__ __forceinline__ void load_meta(const KdaParams& p, long long i, int* m) const {
     if (threadIdx.x == 0) cp_async_4(m, p.state_indices + i / kHeads);
   }
@@ -34,8 +33,7 @@ struct SingleWork {
     const int s = m[0];
     return StreamPlan{i / kHeads, 1, s, 0, s, slot_valid(s, p.num_slots)};
   }
-  __device__ __forceinline__ void edges(const KdaParams& p, long long i, const StreamPlan& q, const int* m,
-                                        const int*) const {
+  __device__ __forceinline__ void edges(const KdaParams& p, long long i, const StreamPlan& q, const int* m) const {
     if (!q.live) single_dead_row(p, head(i), static_cast<int>(i / kHeads), m[0]);
   }
   __device__ __forceinline__ int ckpt_slot(const int* m, int) const { return m[0]; }
@@ -46,7 +44,7 @@ struct SingleWork {
 
 extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
     kda_single_decode(const __grid_constant__ KdaParams p) {
-  __shared__ kda::StreamSmem<kda::SingleWork> ss;
+  __shared__ kda::StreamSmem ss;
   extern __shared__ __align__(128) kda::U4 stages[];  // kStages slices
   kda::stream_items(p, kda::SingleWork{}, ss, stages);
 }
