@@ -7,12 +7,13 @@
 // the T = 1 case of it (§4: "T = 1 through the packed op equals the
 // single-token op").
 //
-// Value split (KDA_SPLIT = C > 1, single op): cluster rank r owns value rows
-// v0 = r*128/C .. v0 + 128/C - 1 of the state, the output and the v channels of
-// the conv. Every rank computes the q and k conv outputs (all 128 k are needed
-// by every value row) but writes back only its share of their history, after a
-// cluster barrier that follows every rank's reads. The RMSNorm sum over the 128
-// values crosses the cluster through distributed shared memory.
+// Value split (KDA_SPLIT = C > 1, both ops): cluster rank r owns value rows
+// v0 = r*128/C .. v0 + 128/C - 1 of the state, the checkpoints, the output and
+// the v channels of the conv. Every rank computes the q and k conv outputs (all
+// 128 k are needed by every value row) but writes back only its share of their
+// history, after a cluster barrier that follows every rank's reads. Each
+// token's RMSNorm sum over the 128 values crosses the cluster through
+// distributed shared memory.
 #ifndef KDAJIT_KDA_HEAD_CUH
 #define KDAJIT_KDA_HEAD_CUH
 
@@ -47,7 +48,6 @@ enum : int {
 
 static_assert(kKPerLane * kStateBytes == 16, "one 16-byte access per lane and row");
 static_assert(kRowsPerLane >= 2 && kRowsPerLane % 2 == 0, "the fused first butterfly step pairs rows");
-static_assert(kSplit == 1 || kTokens == 1, "the value split serves the single op");
 
 // ---- shared memory of one CTA ----
 // m holds the conv+SiLU outputs, which are bf16-exact (rounding point 1), so
@@ -60,7 +60,7 @@ struct Smem {
   float delta[kD];          // delta_v of the current token (each warp its rows)
   float norm_w[kD];         // norm_weight
   float beta[TT];
-  float norm_part[kSplit];  // split: each rank's sum of ob^2, pushed by that rank
+  float norm_part[TT][kSplit];  // split: each rank's sum of ob^2 per token, pushed by that rank
   __align__(16) unsigned short m[TT][3 * kD];  // x (A0), then m = SiLU(conv) (A1): q | k | v, bf16 bits
   __align__(16) unsigned short ob[TT][kD];     // round_bf16(o), bf16 bits
 };
@@ -394,7 +394,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   __syncthreads();
 
   // ---- phase A1: conv + SiLU per channel, gates per (t, k), in place ----
-  unsigned short last_x[kConvRounds];  // split: the new tap, written after the cluster barrier
+  unsigned short last_x[kConvRounds];  // split: the newest tap, written after the cluster barrier
 #pragma unroll
   for (int r = 0; r < kConvRounds; ++r) {
     const int c = tid + r * kThreads;
@@ -443,9 +443,9 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   if constexpr (kSplit == 1) {
     head_norm_output<TT>(p, sm, h, row0, L);
   } else {
-    // Split (T = 1): the conv history first (every rank read its taps before
-    // the barrier that started after phase A1), then the RMSNorm sum: warp 0
-    // of each rank pushes its slice's sum of ob^2 to every rank, and each rank
+    // Split: the conv history first (every rank read its taps before the
+    // barrier that started after phase A1), then the RMSNorm sums: the warp of
+    // token t pushes its slice's sum of ob_t^2 to every rank, and each rank
     // adds the kSplit partials in rank order (the same sum everywhere).
     cluster_wait();
 #pragma unroll
@@ -453,36 +453,49 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
       const int c = tid + r * kThreads;
       if (c < kChans && (c >= 2 * kD || c / kQkPerRank == rank)) {
         const int hc = head_channel(c, v0);
-        unsigned short* cs = p.conv_state + cbase + conv_tap_offset((hc / kD) * kHidden + h * kD + hc % kD, 0);
-        cs[conv_tap_offset(0, 0)] = taps[r][1];
-        cs[conv_tap_offset(0, 1)] = taps[r][2];
-        cs[conv_tap_offset(0, 2)] = last_x[r];
+        const int chan = (hc / kD) * kHidden + h * kD + hc % kD;
+        unsigned short* cs = p.conv_state + cbase;
+        // Positions 0..L+1 = (tap0+1, tap0+2, x_0 .. x_{L-1}); A1 overwrote
+        // the staged x with m, so x_0 .. x_{L-2} are read again (L2 hits).
+        cs[conv_tap_offset(chan, 0)] = taps[r][1];
+        cs[conv_tap_offset(chan, 1)] = taps[r][2];
+        for (int t = 0; t + 1 < L; ++t) cs[conv_tap_offset(chan, t + 2)] = p.x[(row0 + t) * p.x_row_stride + chan];
+        cs[conv_tap_offset(chan, L + 1)] = last_x[r];
       }
     }
     constexpr int kPerLane = kVRows / 32;
-    float ob[kPerLane];
-    if (warp == 0) {
-      float ss = 0.f;
+    constexpr int kRounds = (TT + kWarps - 1) / kWarps;
+    float ob[kRounds][kPerLane];
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        ob[e] = bf16_to_f32(sm.ob[0][v0 + lane + 32 * e]);
-        ss = fmaf(ob[e], ob[e], ss);
+    for (int round = 0; round < kRounds; ++round) {
+      const int t = warp + round * kWarps;
+      if (t < L) {
+        float ss = 0.f;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) {
+          ob[round][e] = bf16_to_f32(sm.ob[t][v0 + lane + 32 * e]);
+          ss = fmaf(ob[round][e], ob[round][e], ss);
+        }
+        ss = warp_sum(ss);
+        if (lane < kSplit) store_cluster_f32(&sm.norm_part[t][rank], lane, ss);
       }
-      ss = warp_sum(ss);
-      if (lane < kSplit) store_cluster_f32(&sm.norm_part[rank], lane, ss);
     }
     cluster_arrive();
     cluster_wait();
-    if (warp == 0) {
-      float total = 0.f;
 #pragma unroll
-      for (int q = 0; q < kSplit; ++q) total += sm.norm_part[q];
-      const float rn = rsqrtf(total * (1.0f / kD) + p.norm_eps);
-      unsigned short* out = p.output + row0 * p.out_row_stride + h * kD;
+    for (int round = 0; round < kRounds; ++round) {
+      const int t = warp + round * kWarps;
+      if (t < L) {
+        float total = 0.f;
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        const int v = v0 + lane + 32 * e;
-        out[v] = f32_to_bf16(ob[e] * rn * sm.norm_w[v] * sm.sig_ogate[0][v]);  // rounding point 4
+        for (int q = 0; q < kSplit; ++q) total += sm.norm_part[t][q];
+        const float rn = rsqrtf(total * (1.0f / kD) + p.norm_eps);
+        unsigned short* out = p.output + (row0 + t) * p.out_row_stride + h * kD;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) {
+          const int v = v0 + lane + 32 * e;
+          out[v] = f32_to_bf16(ob[round][e] * rn * sm.norm_w[v] * sm.sig_ogate[t][v]);  // rounding point 4
+        }
       }
     }
   }

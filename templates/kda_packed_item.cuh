@@ -1,5 +1,6 @@
 // One work item of the packed op (draft verify, docs/CONTRACT.md §4): sequence
-// i and tail row i of head h, on one CTA; shared by the packed routes.
+// i and tail row i of head h, on one CTA or on one cluster rank's value rows;
+// shared by the packed routes.
 //
 // Interpretations (the contract's choices, docs/CONTRACT.md §4):
 //  - Sequence n is well formed iff 0 <= L = qsl[n+1] - qsl[n] <= T, qsl[n] >= 0
@@ -62,31 +63,34 @@ __device__ __forceinline__ int packed_source_slot(const KdaParams& p, int i) {
 // Everything item i of head h does besides the decode of a live sequence:
 // zeros for tail rows no sequence owns (qsl_first = qsl[0], qsl_last = qsl[N]),
 // for a malformed sequence's clipped rows and for a sequence that is not live,
-// and the out-of-range count (warp 0 of head 0; slot(lane) is lane's slot).
-// Every branch is uniform across the CTA.
+// and the out-of-range count (warp 0 of head 0, rank 0; slot(lane) is lane's
+// slot). rank: this CTA's cluster rank, which zeros its own value rows (0
+// without a split). Every branch is uniform across the CTA and the cluster.
 template <class Slot>
 __device__ __forceinline__ void packed_edges(const KdaParams& p, int h, int i, const PackedPlan& q, int qsl_first,
-                                             int qsl_last, Slot&& slot) {
-  if (i < p.rows && (i >= qsl_last || i < qsl_first)) zero_rows(p, h, i, i + 1);
+                                             int qsl_last, Slot&& slot, int rank = 0) {
+  const int v0 = rank * kVRows;
+  if (i < p.rows && (i >= qsl_last || i < qsl_first)) zero_rows(p, h, i, i + 1, v0, kVRows);
   if (!q.has_seq) return;
   if (!q.well_formed) {
-    zero_rows(p, h, q.start > 0 ? q.start : 0, q.end < p.rows ? q.end : p.rows);
+    zero_rows(p, h, q.start > 0 ? q.start : 0, q.end < p.rows ? q.end : p.rows, v0, kVRows);
     return;
   }
-  if (h == 0 && threadIdx.x < 32 && p.oob_counter != nullptr) {
+  if (h == 0 && rank == 0 && threadIdx.x < 32 && p.oob_counter != nullptr) {
     const int lane = threadIdx.x;
     const int s = slot(lane < kTokens ? lane : 0);
     const bool referenced = q.L > 0 && lane < kTokens && (lane == 0 || lane == q.a - 1 || lane < q.L);
     const unsigned bad = __ballot_sync(kFull, referenced && s >= p.num_slots);
     if (lane == 0 && bad != 0) atomicAdd(p.oob_counter, __popc(bad));
   }
-  if (!q.live) zero_rows(p, h, q.start, q.end);
+  if (!q.live) zero_rows(p, h, q.start, q.end, v0, kVRows);
 }
 
-// Work item i of head h on one CTA (routes that give an item to one CTA).
-// state_in: where a live sequence's state comes from (kda_decode_head()).
+// Work item i of head h on one CTA, or on cluster rank `rank` of the CTAs that
+// share it (every rank calls this with the same i). state_in: where a live
+// sequence's state comes from (kda_decode_head()).
 template <class StateIn = GlobalState>
-__device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& sm, int h, int i,
+__device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& sm, int h, int i, int rank = 0,
                                             StateIn&& state_in = StateIn{}) {
   const int lane = threadIdx.x & 31;
   // One round trip for all metadata: nothing below depends on a second load
@@ -102,11 +106,11 @@ __device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& s
   const int qsl_first = p.query_start_loc[0], qsl_last = p.query_start_loc[p.num_seqs];
   auto slot = [&](int t) { return __shfl_sync(kFull, slot_lane, t); };
   const PackedPlan q = packed_plan(p, i, start, end, accepted, slot);
-  packed_edges(p, h, i, q, qsl_first, qsl_last, slot);
+  packed_edges(p, h, i, q, qsl_first, qsl_last, slot, rank);
   if (!q.live) return;
   // Conv history = taps a-1 .. a+1 of conv_state[cs]; recurrence from state[src];
   // token t checkpoints to state_indices[i, t].
-  kda_decode_head<kTokens>(p, sm, h, q.start, q.L, q.cs, q.a - 1, q.src, slot_lane, 0, state_in);
+  kda_decode_head<kTokens>(p, sm, h, q.start, q.L, q.cs, q.a - 1, q.src, slot_lane, rank, state_in);
 }
 
 }  // namespace kda

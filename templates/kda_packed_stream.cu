@@ -28,7 +28,7 @@ struct PackedWork {
     return packed_source_slot(p, static_cast<int>(i / kHeads));
   }
   __device__ __forceinline__ void run(const KdaParams& p, long long i, int, StagedState<PackedWork>& in) const {
-    packed_item(p, *sm, head(i), static_cast<int>(i / kHeads), in);
+    packed_item(p, *sm, head(i), static_cast<int>(i / kHeads), 0, in);
   }
 };
 

@@ -35,12 +35,14 @@ LaunchGrid rowcta_grid(const CallShape& c, const DeviceTraits&) {
 
 LaunchGrid sequential_grid(const CallShape& c, const DeviceTraits&) { return {static_cast<uint32_t>(c.family.heads), 1, 1}; }
 
-// Cluster routes: grid y = cluster x rows per wave; the kernel loops over rows
-// with a stride of gridDim.y / cluster.
+// Cluster routes: grid y = cluster x items per wave (single: rows; packed:
+// max(N, R), sequence and tail row i); the kernel loops over items with a
+// stride of gridDim.y / cluster.
 template <int C>
 LaunchGrid split_grid(const CallShape& c, const DeviceTraits&) {
-  const int64_t rows = std::min<int64_t>(c.rows, kMaxGridY / C);
-  return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(rows * C), 1};
+  const int64_t items = c.family.op == Op::single ? c.rows : std::max(c.num_seqs, c.rows);
+  const int64_t wave = std::clamp<int64_t>(items, 1, kMaxGridY / C);
+  return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(wave * C), 1};
 }
 
 // Persistent: one CTA per item up to `occupancy` resident CTAs on every SM;
@@ -63,6 +65,15 @@ bool stream_eligible(const CallShape& c, const DeviceTraits& d) {
 
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
+// T > 8 spills in the packed split kernel (its conv history stays live across
+// phase B for the write after the cluster barrier).
+constexpr int kSplitMaxTokens = 8;
+bool split_eligible(const CallShape& c, const DeviceTraits& d) {
+  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kSplitMaxTokens);
+}
+constexpr std::string_view kSplitEligibility =
+    "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8";
+
 // constexpr: constant-initialised, so other translation units may read the
 // table from their own static initialisers (the GPU tests register their test
 // cases from one).
@@ -72,13 +83,18 @@ constexpr RouteSpec kRoutes[] = {
     {Route::sequential, "one CTA per head walks the rows in row order (repeated slots see the previous row's update)",
      {"kda_single_sequential.cu", ""}, 1, 2, threads_256, any_call, "any single-op call", sequential_grid},
     {Route::split2,
-     "the 128 value rows of one (row, head) over a cluster of 2 CTAs; RMSNorm sum through distributed shared memory",
-     {"kda_single_split.cu", ""}, 2, 2, threads_256, not_repeated, kNotRepeated, split_grid<2>},
+     "the 128 value rows of one (row or sequence, head) over a cluster of 2 CTAs; RMSNorm sums through distributed "
+     "shared memory",
+     {"kda_single_split.cu", "kda_packed_split.cu"}, 2, 2, threads_256, split_eligible, kSplitEligibility,
+     split_grid<2>},
     {Route::split4,
-     "the 128 value rows of one (row, head) over a cluster of 4 CTAs, three CTAs per SM; RMSNorm sum through "
-     "distributed shared memory",
-     // Three CTAs per SM: 78-79 registers, no spills (four would spill).
-     {"kda_single_split.cu", ""}, 4, 3, threads_256, not_repeated, kNotRepeated, split_grid<4>},
+     "the 128 value rows of one (row or sequence, head) over a cluster of 4 CTAs; RMSNorm sums through distributed "
+     "shared memory",
+     // Two CTAs per SM, not three: the packed op spills at three (80 registers;
+     // 16-288 bytes at T = 2..8), and the selector picks the split only for
+     // batches that leave most SMs idle, where occupancy does not matter.
+     {"kda_single_split.cu", "kda_packed_split.cu"}, 4, 2, threads_256, split_eligible, kSplitEligibility,
+     split_grid<4>},
     {Route::stream,
      "a persistent grid (two CTAs per SM) walks the (row or sequence, head) items; the bulk copy engine streams the "
      "next items' state slices into shared memory while the current one computes",

@@ -164,16 +164,16 @@ TEST_CASE("route table: grids cover every row or item within the grid limits", "
         CHECK(g.y <= kMaxGridY);
         CHECK(g.z <= kMaxGridY);
         CHECK(g.y % static_cast<uint32_t>(r.cluster) == 0);
-        if (op == Op::packed) {
+        if (r.route == Route::sequential) {
+          CHECK(g.y == 1u);
+        } else if (op == Op::packed && r.cluster == 1) {
           // One CTA per item, no loop: y * z covers max(N, R), and the overshoot
           // (CTAs with no item) stays below one grid-y slice.
           const int64_t covered = static_cast<int64_t>(g.y) * g.z;
           CHECK(covered >= rows);
           CHECK(covered - rows < static_cast<int64_t>(g.y));
-        } else if (r.route == Route::sequential) {
-          CHECK(g.y == 1u);
         } else {
-          // The kernel loops rows with stride gridDim.y / cluster.
+          // The kernel loops rows (packed: items, max(N, R)) with stride gridDim.y / cluster.
           CHECK(static_cast<int64_t>(g.y / r.cluster) == std::min<int64_t>(rows, kMaxGridY / r.cluster));
           CHECK(g.z == 1u);
         }

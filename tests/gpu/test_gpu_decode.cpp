@@ -432,7 +432,8 @@ TEST_CASE("sd and ds give bit-identical outputs and states", "[gpu]") {
     }
 }
 
-// Beyond the 65535 limit of grid y: single rows loop, packed items spill into grid z.
+// Beyond the 65535 limit of grid y: single rows and the split routes' packed
+// items loop, the other packed routes' items spill into grid z.
 TEST_CASE("more than 65535 rows", "[gpu]") {
   for (Route route : routes_of(Op::single)) {
     if (route == Route::sequential) continue;  // one CTA per head walks all rows: no grid limit to cross
@@ -445,12 +446,14 @@ TEST_CASE("more than 65535 rows", "[gpu]") {
       check_problem(s, runtime_for(route));
     }
   }
-  SECTION("packed") {
-    ProblemSpec s = ref::default_spec(key_of(Op::packed, 2, StateDtype::bf16, ConvLayout::ds, 2), 66);
-    s.seq_lens = {2, 1, 0, 2};
-    s.extra_rows = 70000;  // rows beyond qsl[N]: zeros
-    s.row_pad = 0;
-    check_problem(s);
+  for (Route route : routes_of(Op::packed)) {
+    DYNAMIC_SECTION("packed, route " << to_string(route)) {
+      ProblemSpec s = ref::default_spec(key_of(Op::packed, 2, StateDtype::bf16, ConvLayout::ds, 2), 66);
+      s.seq_lens = {2, 1, 0, 2};
+      s.extra_rows = 70000;  // rows beyond qsl[N]: zeros
+      s.row_pad = 0;
+      check_problem(s, runtime_for(route));
+    }
   }
 }
 
@@ -544,6 +547,13 @@ TEST_CASE("PDL launches: chained dependent calls match the reference", "[gpu]") 
   SECTION("packed, two windows") {
     ProblemSpec s = ref::default_spec(key_of(Op::packed, 8, StateDtype::bf16, ConvLayout::ds, 3), 4711);
     check_chained(s, *rt);
+  }
+  SECTION("packed, two windows, route split4") {
+    RuntimeOptions ro = opts;
+    ro.route = "split4";
+    auto forced = make_runtime(ro);
+    ProblemSpec s = ref::default_spec(key_of(Op::packed, 8, StateDtype::f32, ConvLayout::sd, 3), 4713);
+    check_chained(s, *forced);
   }
   SECTION("single, the same slots twice in a row on one stream") {
     for (Route route : {Route::rowcta, Route::split2}) {

@@ -160,7 +160,7 @@ TEST_CASE("the arch: KDAJIT_ARCH is the default everywhere, a differing --arch w
   CHECK(by_env.err.empty());
   Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), {{"KDAJIT_ARCH", "sm_100a"}});
   CHECK(keys.code == 0);
-  CHECK(count_lines(keys.out, "kda_") == 176);  // 16 single families x 5 routes + 48 packed x 2 (rowcta, stream)
+  CHECK(count_lines(keys.out, "kda_") == 272);  // 16 single families x 5 routes + 48 packed x 4 (rowcta, split2, split4, stream)
   CHECK(keys.out.find(".sm_90\n") == std::string::npos);
   CHECK(keys.out.find(".sm_100a\n") != std::string::npos);
 

@@ -61,14 +61,28 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
-  // Packed: f32 -> stream (T <= 8); bf16 -> stream at T <= 2 past the resident CTAs.
-  CHECK(builtin_route(packed(64, 1), h200) == Route::stream);
+  // Packed, f32: split4 while 4 x N x H <= SMs, split2 while N x H <= SMs
+  // (T >= 3) or 2 x N x H <= SMs (T <= 2), then stream (T <= 8).
   auto with = [](CallShape c, StateDtype st, int t) {
     c.family.state = st;
     c.family.tokens = t;
     return c;
   };
-  CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream: T <= 8
+  CHECK(builtin_route(packed(8, 4), h200) == Route::split4);   // 32 sequence-heads: 128 CTAs
+  CHECK(builtin_route(packed(8, 5), h200) == Route::split2);   // 40
+  CHECK(builtin_route(packed(64, 1), h200) == Route::split2);  // 64
+  CHECK(builtin_route(packed(64, 2), h200) == Route::split2);  // 128 <= 132 at T = 4
+  CHECK(builtin_route(packed(64, 3), h200) == Route::stream);  // 192
+  CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 2), h200) == Route::split2);  // 2 x 64 <= 132
+  CHECK(builtin_route(with(packed(64, 2), StateDtype::f32, 2), h200) == Route::stream);  // 2 x 128 > 132
+  CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 148}) == Route::split4);
+  CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 64}) == Route::split2);  // the device's SM count decides
+  CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream, split: T <= 8
+  CHECK(builtin_route(with(packed(8, 1), StateDtype::f32, 9), h200) == Route::rowcta);
+  // bf16: split4 while 8 x N x H <= SMs, then stream at T <= 2 past the resident CTAs.
+  CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 4), h200) == Route::split4);  // 16
+  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::rowcta);  // 32
+  CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::split4);
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);  // 512 sequence-heads
   CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 2), h200) == Route::rowcta);  // 128
   // bf16 at T = 3 and 4: stream once the sequence-heads exceed four times its grid (1056).
@@ -92,6 +106,18 @@ TEST_CASE("select: the selected route is always eligible and serves the op", "[s
           INFO(to_string(*r) << " sms " << sms << " heads " << heads << " rows " << rows);
           CHECK(route_spec(*r).serves(Op::single));
           CHECK(route_spec(*r).eligible(c, d));
+          for (int t : {1, 2, 4, 8, 9, 16})
+            for (auto st : {StateDtype::f32, StateDtype::bf16}) {
+              CallShape pc = packed(heads, rows);
+              pc.family.tokens = t;
+              pc.family.state = st;
+              pc.rows = rows * t;
+              auto pr = select_route(pc, d, {});
+              REQUIRE(pr.ok());
+              INFO("packed T " << t << " " << to_string(st) << ": " << to_string(*pr));
+              CHECK(route_spec(*pr).serves(Op::packed));
+              CHECK(route_spec(*pr).eligible(pc, d));
+            }
         }
 }
 
