@@ -411,6 +411,33 @@ TEST_CASE("bitwise deterministic over 5 runs", "[gpu]") {
     }
 }
 
+// A thread's repeated call (the same args bytes) reuses its last validation and
+// launch, but only for the runtime and context that made it: another runtime
+// with the same args decides again (here: its forced route cannot run T = 10
+// and says so), and the first runtime's next call is still right.
+TEST_CASE("a repeated call reuses the launch of its own runtime only", "[gpu]") {
+  ProblemSpec s = ref::default_spec(key_of(Op::packed, 4, StateDtype::f32, ConvLayout::sd, 10), 1010);
+  Problem p = make(s);
+  // Two calls of the same window in place: the reference applied twice.
+  Problem expected = p, got = p;
+  REQUIRE(expected.run_reference().ok());
+  REQUIRE(expected.run_reference().ok());
+  DeviceProblem dev(got);
+  Runtime& rowcta = runtime_for(Route::rowcta);
+  Runtime& stream_rt = runtime_for(Route::stream);
+  REQUIRE(test::run_op(rowcta, got.op(), dev.args(), stream()).ok());
+  REQUIRE(test::run_op(rowcta, got.op(), dev.args(), stream()).ok());  // the remembered launch
+  for (int i = 0; i < 2; ++i) {  // enqueue nothing
+    Outcome o = test::run_op(stream_rt, got.op(), dev.args(), stream());
+    CHECK(o.code == KDAJIT_ERROR_UNSUPPORTED);
+    CHECK(o.message.find("stream cannot run this call exactly") != std::string::npos);
+  }
+  dev.download(got);
+  auto rep = ref::compare(expected, got);
+  INFO(rep.message);
+  CHECK(rep.pass);
+}
+
 TEST_CASE("sd and ds give bit-identical outputs and states", "[gpu]") {
   for (auto op : {Op::single, Op::packed})
     for (auto st : {StateDtype::f32, StateDtype::bf16}) {

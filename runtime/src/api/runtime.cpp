@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -31,27 +32,44 @@ class ScopedContext {
   bool pushed_ = false;
 };
 
-// Validation is a pure function of the args struct: a thread that passes the
-// same bytes again (an engine's persistent buffers, step after step) reuses the
-// last result instead of re-checking ~14 tensors (about 150 ns of the host cost).
-Result<ValidatedCall> validate_cached(Op op, const kdajit_decode_args_t& args) {
-  struct Last {
-    bool valid = false;
-    Op op = Op::single;
-    kdajit_decode_args_t args;
-    ValidatedCall call;
-  };
-  thread_local Last last;
-  if (last.valid && last.op == op && std::memcmp(&last.args, &args, sizeof args) == 0) return last.call;
-  auto r = validate_decode(op, args);
-  if (r) {
-    last.valid = true;
-    last.op = op;
-    std::memcpy(&last.args, &args, sizeof args);
-    last.call = *r;
-  }
-  return r;
+// The last call of this thread, and how it launched. Validation is a pure
+// function of the args struct, and for one runtime and context so is the launch
+// (route, kernel, grid, block, shared memory, attributes: the registry and the
+// selector's inputs never change for a context once read). A thread that passes
+// the same bytes again (an engine's persistent buffers, step after step) reuses
+// both instead of re-checking ~14 tensors and resolving the kernel.
+struct LastCall {
+  bool valid = false;
+  Op op = Op::single;
+  kdajit_decode_args_t args;
+  ValidatedCall call;
+  // The launch, once one succeeded for these args: whose runtime, which context.
+  uint64_t runtime = 0;  // Runtime::Impl::id; 0: none
+  CUcontext ctx = nullptr;
+  KernelKey key;
+  CUfunction function = nullptr;
+  CUlaunchConfig cfg{};  // everything but hStream and attrs
+  CUlaunchAttribute attrs[2]{};
+};
+
+LastCall& last_call() {
+  thread_local LastCall last;
+  return last;
 }
+
+Result<ValidatedCall*> validate_cached(Op op, const kdajit_decode_args_t& args) {
+  LastCall& last = last_call();
+  if (last.valid && last.op == op && std::memcmp(&last.args, &args, sizeof args) == 0) return &last.call;
+  last.valid = false;
+  last.runtime = 0;
+  KDAJIT_TRY_ASSIGN(last.call, validate_decode(op, args));
+  last.valid = true;
+  last.op = op;
+  std::memcpy(&last.args, &args, sizeof args);
+  return &last.call;
+}
+
+std::atomic<uint64_t> next_runtime_id{1};
 
 }  // namespace
 
@@ -85,6 +103,7 @@ Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOption
   }
   ro.use_tuning = options.use_tuning;
   auto impl = std::make_unique<Impl>();
+  impl->id = next_runtime_id.fetch_add(1);
   impl->pdl = options.pdl;
   KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
   impl->registry = std::make_unique<KernelRegistry>(impl->cache, ro);
@@ -133,50 +152,62 @@ Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
 }
 
 Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {
-  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_cached(op, args));
+  KDAJIT_TRY_ASSIGN(ValidatedCall* call, validate_cached(op, args));
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
   auto cu_stream = reinterpret_cast<CUstream>(stream);
-
-  KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call.shape));
+  LastCall& last = last_call();
   ScopedContext scoped(api, ctx);
-  if (!r.kernel) {
-    // A compile would break a capture: only cached kernels may load now.
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    KDAJIT_TRY(cu_check(*api, api->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing"));
-    KDAJIT_TRY_ASSIGN(r.kernel, registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
+  if (last.runtime != id || last.ctx != ctx) {
+    last.runtime = 0;
+    KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call->shape));
+    if (!r.kernel) {
+      // A compile would break a capture: only cached kernels may load now.
+      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      KDAJIT_TRY(cu_check(*api, api->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing"));
+      KDAJIT_TRY_ASSIGN(r.kernel,
+                        registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
+    }
+    // Everything about the launch shape comes from the route's row of the table.
+    const RouteSpec& route = route_spec(r.key.route);
+    const LaunchGrid grid = route.grid(call->shape, r.device);
+    CUlaunchConfig& cfg = last.cfg;
+    cfg = CUlaunchConfig{};
+    cfg.gridDimX = grid.x;
+    cfg.gridDimY = grid.y;
+    cfg.gridDimZ = grid.z;
+    cfg.blockDimX = static_cast<unsigned>(route.threads(r.key));
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = route.dynamic_smem_bytes(r.key);
+    unsigned n = 0;
+    if (route.cluster > 1) {
+      last.attrs[n] = CUlaunchAttribute{};
+      last.attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      last.attrs[n].value.clusterDim.x = 1;
+      last.attrs[n].value.clusterDim.y = static_cast<unsigned>(route.cluster);
+      last.attrs[n].value.clusterDim.z = 1;
+      ++n;
+    }
+    if (pdl) {
+      last.attrs[n] = CUlaunchAttribute{};
+      last.attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      last.attrs[n].value.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    cfg.numAttrs = n;
+    last.key = r.key;
+    last.function = r.kernel->function;
+    last.ctx = ctx;
+    last.runtime = id;
   }
-
-  // Everything about the launch shape comes from the route's row of the table.
-  const RouteSpec& route = route_spec(r.key.route);
-  const LaunchGrid grid = route.grid(call.shape, r.device);
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = grid.x;
-  cfg.gridDimY = grid.y;
-  cfg.gridDimZ = grid.z;
-  cfg.blockDimX = static_cast<unsigned>(route.threads(r.key));
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = route.dynamic_smem_bytes(r.key);
+  CUlaunchConfig cfg = last.cfg;
   cfg.hStream = cu_stream;
-  CUlaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (route.cluster > 1) {
-    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n].value.clusterDim.x = 1;
-    attrs[n].value.clusterDim.y = static_cast<unsigned>(route.cluster);
-    attrs[n].value.clusterDim.z = 1;
-    ++n;
+  cfg.attrs = cfg.numAttrs ? last.attrs : nullptr;
+  void* params[] = {&call->params};
+  if (CUresult e = api->cuLaunchKernelEx(&cfg, last.function, params, nullptr); e != CUDA_SUCCESS) {
+    last.runtime = 0;  // resolved again next time
+    return cuda_error(*api, e, fmt::format("cuLaunchKernelEx({})", key_name(last.key)));
   }
-  if (pdl) {
-    attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[n].value.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = n ? attrs : nullptr;
-  cfg.numAttrs = n;
-  void* params[] = {&call.params};
-  if (CUresult e = api->cuLaunchKernelEx(&cfg, r.kernel->function, params, nullptr); e != CUDA_SUCCESS)
-    return cuda_error(*api, e, fmt::format("cuLaunchKernelEx({})", key_name(r.key)));
   return {};
 }
 

@@ -12,6 +12,9 @@
 namespace kdajit {
 
 struct Runtime::Impl {
+  // Unique per runtime created in this process (never reused): a thread's
+  // remembered launch belongs to one runtime (runtime.cpp, LastCall).
+  uint64_t id = 0;
   std::shared_ptr<KernelCache> cache;
   std::unique_ptr<KernelRegistry> registry;
   bool pdl = false;
@@ -22,7 +25,8 @@ struct Runtime::Impl {
   ~Impl();
 
   // Validate -> resolve -> (load) -> launch. No sync, no allocation, no device
-  // read on the host.
+  // read on the host. A thread's repeat of its last call (same args bytes, same
+  // runtime and context) skips validation and resolution.
   Status decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
   // Validate -> resolve: the key decode() would launch.
   Result<KernelKey> selected_key(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
