@@ -42,12 +42,7 @@ extern "C" __global__ void fill_bf16(unsigned short* p, long long n, u64 seed, f
 )CUDA";
 
 kdajit_tensor_t view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
-  kdajit_tensor_t t{};
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  std::copy(shape.begin(), shape.end(), t.shape);
-  std::copy(strides.begin(), strides.end(), t.strides);
-  return t;
+  return tensor_view(nullptr, dtype, shape, strides);  // data: set when the buffers exist
 }
 
 int64_t elements(const kdajit_tensor_t& t) {

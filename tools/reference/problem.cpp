@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kdajit/bf16.hpp"
+#include "kdajit/kdajit.hpp"
 #include "view_iter.hpp"
 
 namespace kdajit::ref {
@@ -64,12 +65,7 @@ class Rng {
 enum Stream : uint64_t { kX, kConvWeight, kConvState, kRawGate, kRawBeta, kALog, kDtBias, kState, kOutputGate, kNormWeight, kMeta };
 
 kdajit_tensor_t make_view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
-  kdajit_tensor_t t{};
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  std::copy(shape.begin(), shape.end(), t.shape);
-  std::copy(strides.begin(), strides.end(), t.strides);
-  return t;
+  return tensor_view(nullptr, dtype, shape, strides);  // data: set when the buffers exist
 }
 
 // Enough bytes for every element, and for a padded leading stride the padding after the last row.

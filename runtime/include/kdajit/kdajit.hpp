@@ -4,6 +4,8 @@
 // argument structs is documented where kdajit.h declares it.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -13,6 +15,36 @@ namespace kdajit {
 
 // A strided view; shapes and strides in elements (§1.2).
 using TensorView = kdajit_tensor_t;
+// A view of `data` with this shape and these strides (elements, outermost
+// first). More than KDAJIT_MAX_DIMS dimensions, or a stride count other than
+// the rank, give ndim = -1, which validation rejects naming the argument.
+inline TensorView tensor_view(void* data, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
+                              std::initializer_list<int64_t> strides) {
+  TensorView t{};
+  t.data = data;
+  t.dtype = dtype;
+  if (shape.size() > KDAJIT_MAX_DIMS || strides.size() != shape.size()) {
+    t.ndim = -1;
+    return t;
+  }
+  t.ndim = static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t d : shape) t.shape[i++] = d;
+  i = 0;
+  for (int64_t s : strides) t.strides[i++] = s;
+  return t;
+}
+// The same with row-major contiguous strides (the last dimension's is 1).
+inline TensorView dense_tensor_view(void* data, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape) {
+  TensorView t = tensor_view(data, dtype, shape, shape);
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.strides[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
 // Both ops' arguments: every tensor with shape, dtype and strides (§1), the
 // scalars (§1.4).
 using DecodeArgs = kdajit_decode_args_t;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kdajit/kdajit.hpp"
 #include "kdajit/runtime/build/compile.hpp"
 #include "kdajit/runtime/call/select.hpp"
 #include "kdajit/runtime/call/validate.hpp"
@@ -76,17 +77,10 @@ struct Placer {
 
 kdajit_tensor_t view(Placer& pl, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
                      std::initializer_list<int64_t> strides) {
-  kdajit_tensor_t t{};
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
+  kdajit_tensor_t t = tensor_view(nullptr, dtype, shape, strides);
   int64_t extent = 1;
-  int i = 0;
-  for (int64_t d : shape) t.shape[i++] = d;
-  i = 0;
-  for (int64_t s : strides) {
-    if (t.shape[i] > 0) extent += (t.shape[i] - 1) * s;
-    t.strides[i++] = s;
-  }
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 0) extent += (t.shape[i] - 1) * t.strides[i];
   t.data = pl.take(extent * (dtype == KDAJIT_DTYPE_BF16 ? 2 : 4));
   return t;
 }

@@ -10,6 +10,7 @@
 
 #include "kdajit/cache.hpp"
 #include "kdajit/env.hpp"
+#include "kdajit/kdajit.hpp"
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/api/runtime_impl.hpp"
 #include "kdajit/runtime/build/nvrtc_api.hpp"
@@ -43,18 +44,7 @@ class DeviceBuffer {
 };
 
 kdajit_tensor_t view(CUdeviceptr p, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape) {
-  kdajit_tensor_t t{};
-  t.data = reinterpret_cast<void*>(p);
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int i = 0;
-  for (int64_t d : shape) t.shape[i++] = d;
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.strides[d] = stride;
-    stride *= t.shape[d];
-  }
-  return t;
+  return dense_tensor_view(reinterpret_cast<void*>(p), dtype, shape);
 }
 
 // The buffers of one family at its largest batch, and the call arguments for

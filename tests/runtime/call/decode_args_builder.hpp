@@ -9,7 +9,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "kdajit/kdajit.h"
+#include "kdajit/kdajit.hpp"
 #include "kdajit/kernel_key.hpp"
 
 namespace kdajit::test {
@@ -52,15 +52,9 @@ inline int64_t element_bytes(kdajit_dtype_t t) { return t == KDAJIT_DTYPE_BF16 ?
 // A tensor view placed by `placer`, sized to cover its strided extent.
 inline kdajit_tensor_t place(Placer& placer, kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
                              std::initializer_list<int64_t> strides) {
-  kdajit_tensor_t t{};
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
+  kdajit_tensor_t t = tensor_view(nullptr, dtype, shape, strides);
   int64_t last = 0;
   bool empty = false;
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  i = 0;
-  for (int64_t s : strides) t.strides[i++] = s;
   for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] <= 0) empty = true;
     else last += (t.shape[d] - 1) * t.strides[d];

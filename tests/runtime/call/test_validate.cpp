@@ -415,6 +415,29 @@ TEST_CASE("validate: shapes, strides, sizes and scalars, one broken at a time", 
   check_rules(specific_rules());
 }
 
+TEST_CASE("tensor_view and dense_tensor_view: the views the API takes", "[validate]") {
+  int storage = 0;
+  const TensorView t = tensor_view(&storage, KDAJIT_DTYPE_BF16, {4, 384}, {400, 1});
+  CHECK(t.data == &storage);
+  CHECK(t.dtype == KDAJIT_DTYPE_BF16);
+  CHECK(t.ndim == 2);
+  CHECK((t.shape[0] == 4 && t.shape[1] == 384 && t.strides[0] == 400 && t.strides[1] == 1));
+  const TensorView d = dense_tensor_view(&storage, KDAJIT_DTYPE_F32, {3, 4, 256});
+  CHECK(d.ndim == 3);
+  CHECK((d.strides[0] == 1024 && d.strides[1] == 256 && d.strides[2] == 1));
+  CHECK(tensor_view(&storage, KDAJIT_DTYPE_F32, {1, 2, 3, 4, 5}, {120, 60, 20, 5, 1}).ndim == -1);
+  CHECK(tensor_view(&storage, KDAJIT_DTYPE_F32, {2, 3}, {3}).ndim == -1);
+  CHECK(dense_tensor_view(&storage, KDAJIT_DTYPE_F32, {1, 2, 3, 4, 5}).ndim == -1);
+  // Validation names such a view.
+  HostCall call(CallConfig{});
+  call.args.x = tensor_view(call.args.x.data, KDAJIT_DTYPE_BF16, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+  auto r = validate_untouched(Op::single, call);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::invalid_argument);
+  CHECK(r.error().message.find("x: expected ndim 2") != std::string::npos);
+  CHECK(r.error().message.find("got ndim -1") != std::string::npos);
+}
+
 TEST_CASE("validate: an unknown op", "[validate]") {
   HostCall call(CallConfig{});
   auto r = validate_untouched(static_cast<Op>(7), call);

@@ -11,6 +11,7 @@
 
 #include "catch.hpp"
 #include "kdajit/bf16.hpp"
+#include "kdajit/kdajit.hpp"
 #include "kdajit/problem.hpp"
 #include "kdajit/reference.hpp"
 #include "test_util.hpp"
@@ -77,13 +78,7 @@ double fb(uint16_t b) { return bf16_bits_to_f32(b); }
 
 kdajit_tensor_t view(void* data, kdajit_dtype_t dt, std::initializer_list<int64_t> shape,
                      std::initializer_list<int64_t> strides) {
-  kdajit_tensor_t t{};
-  t.data = data;
-  t.dtype = dt;
-  t.ndim = static_cast<int32_t>(shape.size());
-  std::copy(shape.begin(), shape.end(), t.shape);
-  std::copy(strides.begin(), strides.end(), t.strides);
-  return t;
+  return kdajit::tensor_view(data, dt, shape, strides);
 }
 
 // Everything of an H = 1 call in plain arrays.
