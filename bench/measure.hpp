@@ -42,6 +42,7 @@ struct CellResult {
   HostLoop host;
   RouteTiming bare;  // device unused; status/error of the bare launch
   HostLoop bare_host;
+  Summary host_minus_bare;  // per round of the interleaved loop: kdajit call - bare launch
   // --tuning both: the selector with use_tuning = true.
   RouteTiming tuned;
   // --routes all / NAME,...: each route forced.

@@ -88,7 +88,8 @@ json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
   if (!m.bare.error.empty()) bare["error"] = m.bare.error;
   if (m.bare.status == "ok") {
     bare.update(host_json(m.bare_host));
-    j["host_minus_bare_us"] = m.host.per_call.median - m.bare_host.per_call.median;
+    j["host_minus_bare_us"] = m.host_minus_bare.median;  // median of the paired differences
+    j["host_minus_bare"] = summary_json(m.host_minus_bare);
   }
   j["bare_launch"] = bare;
   if (b.opt.tuning == "both") j["tuned"] = timing_json(m.tuned, m.floor_us);
@@ -257,8 +258,7 @@ void print_tables(const Bench& b, const std::vector<Cell>& cells, const std::vec
     fmt::print("{:<12} {:>9.2f} {:>9.2f} {:>6.2f} {:<11} {:>7.2f} ", m.route, m.device.median, m.floor_us,
                ratio(m.device.median, m.floor_us), m.floor_shape, m.host.per_call.median);
     if (m.bare.status == "ok")
-      fmt::print("{:>7.2f} {:>6.2f}\n", m.bare_host.per_call.median,
-                 m.host.per_call.median - m.bare_host.per_call.median);
+      fmt::print("{:>7.2f} {:>6.2f}\n", m.bare_host.per_call.median, m.host_minus_bare.median);
     else
       fmt::print("{:>7} {:>6}\n", m.bare.status, "");
   }

@@ -122,4 +122,44 @@ Result<HostLoop> host_loop(int calls, cudaStream_t s, double timeout_s, const st
   return h;
 }
 
+Result<PairedLoops> paired_host_loops(int calls, cudaStream_t s, double timeout_s, const std::function<Status()>& a,
+                                      const std::function<Status()>& b) {
+  std::vector<double> ua, ub, diff;
+  ua.reserve(static_cast<size_t>(calls));
+  ub.reserve(static_cast<size_t>(calls));
+  diff.reserve(static_cast<size_t>(calls));
+  auto timed = [](const std::function<Status()>& f, std::vector<double>& us) {
+    const auto c0 = Clock::now();
+    Status ok = f();
+    us.push_back(us_between(c0, Clock::now()));
+    return ok;
+  };
+  Status ok;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls && ok; ++i) {
+    if (i % 2 == 0) {
+      ok = timed(a, ua);
+      if (ok) ok = timed(b, ub);
+    } else {
+      ok = timed(b, ub);
+      if (ok) ok = timed(a, ua);
+    }
+    if (ok) diff.push_back(ua.back() - ub.back());
+  }
+  KDAJIT_TRY(wait_stream(s, timeout_s, "host-cost loop"));
+  const auto t2 = Clock::now();
+  KDAJIT_TRY(std::move(ok));
+  PairedLoops p;
+  for (auto [loop, us] : {std::pair{&p.a, &ua}, std::pair{&p.b, &ub}}) {
+    double total = 0;
+    for (double u : *us) total += u;
+    loop->calls = calls;
+    loop->loop_us = total / calls;
+    loop->throughput_us = us_between(t0, t2) / (2.0 * calls);
+    loop->per_call = summarize(std::move(*us));
+  }
+  p.a_minus_b = summarize(std::move(diff));
+  return p;
+}
+
 }  // namespace kdajit::bench

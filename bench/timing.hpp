@@ -69,4 +69,15 @@ struct HostLoop {
 // `calls` back-to-back calls of `call` (each timed), one wait at the end.
 Result<HostLoop> host_loop(int calls, cudaStream_t s, double timeout_s, const std::function<Status()>& call);
 
+// `calls` calls each of `a` and `b` on one stream, interleaved (a b, b a, a b,
+// ...: neither always runs first), each timed; one wait at the end. The paired
+// difference a - b of each round is what a host-cost comparison needs: drift of
+// the host (clock, other tenants) hits both calls of a round alike.
+struct PairedLoops {
+  HostLoop a, b;   // per-call times; loop_us: the calls' mean; throughput: (loop + wait) / (2 calls)
+  Summary a_minus_b;
+};
+Result<PairedLoops> paired_host_loops(int calls, cudaStream_t s, double timeout_s, const std::function<Status()>& a,
+                                      const std::function<Status()>& b);
+
 }  // namespace kdajit::bench
