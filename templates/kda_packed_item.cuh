@@ -1,6 +1,13 @@
 // One work item of the packed op (draft verify, docs/CONTRACT.md §4): sequence
-// i and tail row i of head h, on one CTA or on one cluster rank's value rows;
-// shared by the packed routes.
+// i and its share of the tail rows, of head h, on one CTA or on one cluster
+// rank's value rows; shared by the packed routes.
+//
+// Items: n = max(N, ceil(R / T)), N when every sequence has T rows. Item i is
+// sequence i (when i < N) and the row candidates i, i + n, ..., i + (T-1) n
+// (< R): each of those that belongs to no sequence (below qsl[0] or from qsl[N]
+// on) is zeroed by it. n T >= R, so every row is some item's candidate. (Items
+// were max(N, R) before, one tail row each: T times the CTAs at full windows,
+// nearly all of them with nothing to do.)
 //
 // Interpretations (the contract's choices, docs/CONTRACT.md §4):
 //  - Sequence n is well formed iff 0 <= L = qsl[n+1] - qsl[n] <= T, qsl[n] >= 0
@@ -18,6 +25,12 @@
 #include "kda_head.cuh"
 
 namespace kda {
+
+// The launch's items n (see above); the route table's grids use the same rule.
+__device__ __forceinline__ int packed_items(const KdaParams& p) {
+  const long long by_rows = (static_cast<long long>(p.rows) + kTokens - 1) / kTokens;
+  return static_cast<int>(p.num_seqs > by_rows ? p.num_seqs : by_rows);
+}
 
 // What the rules above make of sequence i: a pure function of its metadata
 // (start = qsl[i], end = qsl[i+1], accepted = num_accepted[i], slot(t) =
@@ -61,16 +74,21 @@ __device__ __forceinline__ int packed_source_slot(const KdaParams& p, int i) {
 }
 
 // Everything item i of head h does besides the decode of a live sequence:
-// zeros for tail rows no sequence owns (qsl_first = qsl[0], qsl_last = qsl[N]),
+// zeros for its tail-row candidates that no sequence owns (n = packed_items(),
+// qsl_first = qsl[0], qsl_last = qsl[N]),
 // for a malformed sequence's clipped rows and for a sequence that is not live,
 // and the out-of-range count (warp 0 of head 0, rank 0; slot(lane) is lane's
 // slot). rank: this CTA's cluster rank, which zeros its own value rows (0
 // without a split). Every branch is uniform across the CTA and the cluster.
 template <class Slot>
-__device__ __forceinline__ void packed_edges(const KdaParams& p, int h, int i, const PackedPlan& q, int qsl_first,
-                                             int qsl_last, Slot&& slot, int rank = 0) {
+__device__ __forceinline__ void packed_edges(const KdaParams& p, int h, int i, int n, const PackedPlan& q,
+                                             int qsl_first, int qsl_last, Slot&& slot, int rank = 0) {
   const int v0 = rank * kVRows;
-  if (i < p.rows && (i >= qsl_last || i < qsl_first)) zero_rows(p, h, i, i + 1, v0, kVRows);
+#pragma unroll 1
+  for (int k = 0; k < kTokens; ++k) {
+    const long long r = i + static_cast<long long>(k) * n;
+    if (r < p.rows && (r >= qsl_last || r < qsl_first)) zero_rows(p, h, r, r + 1, v0, kVRows);
+  }
   if (!q.has_seq) return;
   if (!q.well_formed) {
     zero_rows(p, h, q.start > 0 ? q.start : 0, q.end < p.rows ? q.end : p.rows, v0, kVRows);
@@ -106,7 +124,7 @@ __device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& s
   const int qsl_first = p.query_start_loc[0], qsl_last = p.query_start_loc[p.num_seqs];
   auto slot = [&](int t) { return __shfl_sync(kFull, slot_lane, t); };
   const PackedPlan q = packed_plan(p, i, start, end, accepted, slot);
-  packed_edges(p, h, i, q, qsl_first, qsl_last, slot, rank);
+  packed_edges(p, h, i, packed_items(p), q, qsl_first, qsl_last, slot, rank);
   if (!q.live) return;
   // Conv history = taps a-1 .. a+1 of conv_state[cs]; recurrence from state[src];
   // token t checkpoints to state_indices[i, t].

@@ -7,8 +7,8 @@
 //
 // Launch: grid (H, KDA_SPLIT * gy), cluster (1, KDA_SPLIT, 1), block
 // KDA_THREADS, static shared memory only. The cluster at blockIdx.y / KDA_SPLIT
-// handles items c, c + gy, ... (item i: sequence i and tail row i, as route
-// rowcta's CTA (h, i)); rank r owns value rows r*128/KDA_SPLIT .. of each.
+// handles items c, c + gy, ... (item i: sequence i and its tail-row candidates,
+// kda_packed_item.cuh); rank r owns value rows r*128/KDA_SPLIT .. of each.
 // Every rank of a cluster takes the same branches (they depend on the item's
 // metadata only), so the cluster barriers inside kda_decode_head always pair up.
 
@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
   __shared__ kda::Smem<kda::kTokens> sm;
   const int rank = kda::cluster_rank();
   const int clusters = gridDim.y / KDA_SPLIT;
-  const int items = p.num_seqs > p.rows ? p.num_seqs : p.rows;
+  const int items = kda::packed_items(p);
   kda::pdl_wait();
   // In 64 bits: items <= 2^31 - 1, and i + clusters must not wrap.
   for (long long i = blockIdx.y / KDA_SPLIT; i < items; i += clusters) {

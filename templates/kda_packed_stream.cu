@@ -3,9 +3,9 @@
 // (item, head) work items and streams the source state slices of live
 // sequences ahead into shared memory (kda_stream.cuh).
 //
-// Item n of head h is sequence n and tail row n, as in route rowcta (the rules:
-// kda_packed_item.cuh); work item i = item i / H, head i % H, over
-// max(N, R) x H. All metadata is read on the device, so a captured CUDA graph
+// Item n of head h is sequence n and its tail-row candidates, as in route
+// rowcta (the rules: kda_packed_item.cuh); work item i = item i / H, head
+// i % H, over packed_items() x H. All metadata is read on the device, so a captured CUDA graph
 // replays correctly with other metadata of the same shapes.
 
 #ifndef KDA_T
@@ -21,7 +21,7 @@ namespace kda {
 struct PackedWork {
   Smem<kTokens>* sm;
   __device__ __forceinline__ long long items(const KdaParams& p) const {
-    return static_cast<long long>(p.num_seqs > p.rows ? p.num_seqs : p.rows) * kHeads;
+    return static_cast<long long>(packed_items(p)) * kHeads;
   }
   __device__ __forceinline__ int head(long long i) const { return static_cast<int>(i % kHeads); }
   __device__ __forceinline__ int source_slot(const KdaParams& p, long long i) const {

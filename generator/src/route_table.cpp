@@ -27,20 +27,19 @@ int threads_256(const KernelKey&) { return 256; }
 LaunchGrid rowcta_grid(const CallShape& c, const DeviceTraits&) {
   const uint32_t heads = static_cast<uint32_t>(c.family.heads);
   if (c.family.op == Op::single) return {heads, clamp_grid(c.rows), 1};  // rows beyond grid y: the kernel's row loop
-  // Packed: one CTA per (item, head), items = max(N, R); grid z carries the overflow of y.
-  const int64_t items = std::max(c.num_seqs, c.rows);
+  // Packed: one CTA per (item, head); grid z carries the overflow of y.
+  const int64_t items = items_per_head(c);
   const uint32_t y = clamp_grid(items);
   return {heads, y, static_cast<uint32_t>((items + y - 1) / y)};
 }
 
 LaunchGrid sequential_grid(const CallShape& c, const DeviceTraits&) { return {static_cast<uint32_t>(c.family.heads), 1, 1}; }
 
-// Cluster routes: grid y = cluster x items per wave (single: rows; packed:
-// max(N, R), sequence and tail row i); the kernel loops over items with a
-// stride of gridDim.y / cluster.
+// Cluster routes: grid y = cluster x items per wave; the kernel loops over
+// items with a stride of gridDim.y / cluster.
 template <int C>
 LaunchGrid split_grid(const CallShape& c, const DeviceTraits&) {
-  const int64_t items = c.family.op == Op::single ? c.rows : std::max(c.num_seqs, c.rows);
+  const int64_t items = items_per_head(c);
   const int64_t wave = std::clamp<int64_t>(items, 1, kMaxGridY / C);
   return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(wave * C), 1};
 }
@@ -49,8 +48,7 @@ LaunchGrid split_grid(const CallShape& c, const DeviceTraits&) {
 // the kernel walks items i = blockIdx.x + k * gridDim.x.
 constexpr int kStreamOccupancy = 2;
 LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
-  const int64_t per_head = c.family.op == Op::single ? c.rows : std::max(c.num_seqs, c.rows);
-  const int64_t items = per_head * c.family.heads;
+  const int64_t items = items_per_head(c) * c.family.heads;
   const int64_t resident = int64_t{kStreamOccupancy} * std::max(device.sm_count, 1);
   return {static_cast<uint32_t>(std::clamp<int64_t>(items, 1, resident)), 1, 1};
 }
@@ -106,6 +104,12 @@ static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per
 }  // namespace
 
 std::span<const RouteSpec> route_table() { return kRoutes; }
+
+int64_t items_per_head(const CallShape& call) {
+  if (call.family.op == Op::single) return call.rows;
+  const int64_t t = std::max(call.family.tokens, 1);
+  return std::max(call.num_seqs, (call.rows + t - 1) / t);
+}
 
 uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {
   const uint32_t slice = uint32_t{kHeadDim} * kHeadDim * (key.state == StateDtype::bf16 ? 2 : 4);

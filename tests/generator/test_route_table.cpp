@@ -142,40 +142,62 @@ TEST_CASE("route table: eligibility follows the contract's modes", "[routes]") {
   }
 }
 
+TEST_CASE("route table: the packed op's items are max(N, ceil(R / T))", "[routes]") {
+  CHECK(items_per_head(shape(Op::single, 5, 77)) == 77);
+  CHECK(items_per_head(shape(Op::packed, 5, 32, 8)) == 8);    // full windows: one item per sequence
+  CHECK(items_per_head(shape(Op::packed, 5, 30, 8)) == 8);
+  CHECK(items_per_head(shape(Op::packed, 5, 33, 8)) == 9);    // a tail beyond N x T rows
+  CHECK(items_per_head(shape(Op::packed, 5, 3, 8)) == 8);     // short and empty sequences
+  CHECK(items_per_head(shape(Op::packed, 5, 70005, 4)) == 17502);
+  CHECK(items_per_head(shape(Op::packed, 5, 2147483647, 1)) == 536870912);
+  // Every row r < R is candidate k = r / n < T of item r % n.
+  for (int64_t rows : {1, 7, 8, 9, 31, 32, 33, 100})
+    for (int64_t seqs : {1, 3, 8, 40}) {
+      const CallShape c = shape(Op::packed, 5, rows, seqs);
+      const int64_t n = items_per_head(c);
+      CHECK(n >= seqs);
+      CHECK(n * c.family.tokens >= rows);
+    }
+}
+
 TEST_CASE("route table: grids cover every row or item within the grid limits", "[routes]") {
   for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{65535}, int64_t{65536}, int64_t{200000}, int64_t{2147483647}}) {
-    for (const RouteSpec& r : route_table()) {
-      for (Op op : all_values<Op>()) {
-        if (!r.serves(op)) continue;
-        const CallShape c = op == Op::single ? shape(op, 5, rows) : shape(op, 5, rows, rows);
-        const DeviceTraits h200{Arch::sm_90, 132};
-        const LaunchGrid g = r.grid(c, h200);
-        INFO(r.name() << " " << to_string(op) << " rows " << rows);
-        if (r.route == Route::stream) {
-          // Persistent: one CTA per (row, head) item up to `occupancy` per SM;
-          // the kernel walks items with stride gridDim.x.
-          CHECK(g.x == std::min<int64_t>(rows * 5, int64_t{r.occupancy} * h200.sm_count));
-          CHECK(g.y == 1u);
-          CHECK(g.z == 1u);
-          continue;
-        }
-        CHECK(g.x == 5u);
-        CHECK(g.y >= 1u);
-        CHECK(g.y <= kMaxGridY);
-        CHECK(g.z <= kMaxGridY);
-        CHECK(g.y % static_cast<uint32_t>(r.cluster) == 0);
-        if (r.route == Route::sequential) {
-          CHECK(g.y == 1u);
-        } else if (op == Op::packed && r.cluster == 1) {
-          // One CTA per item, no loop: y * z covers max(N, R), and the overshoot
-          // (CTAs with no item) stays below one grid-y slice.
-          const int64_t covered = static_cast<int64_t>(g.y) * g.z;
-          CHECK(covered >= rows);
-          CHECK(covered - rows < static_cast<int64_t>(g.y));
-        } else {
-          // The kernel loops rows (packed: items, max(N, R)) with stride gridDim.y / cluster.
-          CHECK(static_cast<int64_t>(g.y / r.cluster) == std::min<int64_t>(rows, kMaxGridY / r.cluster));
-          CHECK(g.z == 1u);
+    for (int64_t seq_div : {int64_t{1}, int64_t{4}}) {  // packed: N = R (short sequences) or N = R / T
+      for (const RouteSpec& r : route_table()) {
+        for (Op op : all_values<Op>()) {
+          if (!r.serves(op) || (op == Op::single && seq_div > 1)) continue;
+          const CallShape c =
+              op == Op::single ? shape(op, 5, rows) : shape(op, 5, rows, std::max<int64_t>(1, rows / seq_div));
+          const int64_t items = items_per_head(c);
+          const DeviceTraits h200{Arch::sm_90, 132};
+          const LaunchGrid g = r.grid(c, h200);
+          INFO(r.name() << " " << to_string(op) << " rows " << rows << " seqs " << c.num_seqs);
+          if (r.route == Route::stream) {
+            // Persistent: one CTA per (item, head) up to `occupancy` per SM;
+            // the kernel walks items with stride gridDim.x.
+            CHECK(g.x == std::min<int64_t>(items * 5, int64_t{r.occupancy} * h200.sm_count));
+            CHECK(g.y == 1u);
+            CHECK(g.z == 1u);
+            continue;
+          }
+          CHECK(g.x == 5u);
+          CHECK(g.y >= 1u);
+          CHECK(g.y <= kMaxGridY);
+          CHECK(g.z <= kMaxGridY);
+          CHECK(g.y % static_cast<uint32_t>(r.cluster) == 0);
+          if (r.route == Route::sequential) {
+            CHECK(g.y == 1u);
+          } else if (op == Op::packed && r.cluster == 1) {
+            // One CTA per item, no loop: y * z covers the items, and the
+            // overshoot (CTAs with no item) stays below one grid-y slice.
+            const int64_t covered = static_cast<int64_t>(g.y) * g.z;
+            CHECK(covered >= items);
+            CHECK(covered - items < static_cast<int64_t>(g.y));
+          } else {
+            // The kernel loops items with stride gridDim.y / cluster.
+            CHECK(static_cast<int64_t>(g.y / r.cluster) == std::min<int64_t>(items, kMaxGridY / r.cluster));
+            CHECK(g.z == 1u);
+          }
         }
       }
     }

@@ -40,6 +40,11 @@ struct LaunchGrid {
 // Grid dimension y (and z) may not exceed this.
 inline constexpr int64_t kMaxGridY = 65535;
 
+// The work items of a call per head: single op, its rows; packed op,
+// max(N, ceil(R / T)) (item i: sequence i and the tail-row candidates
+// i + k n, k < T; templates/kda_packed_item.cuh, packed_items(), is the same rule).
+int64_t items_per_head(const CallShape& call);
+
 struct RouteSpec {
   Route route;
   // One line: what the kernel shape is.

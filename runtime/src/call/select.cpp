@@ -16,25 +16,26 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   // is stream's persistent grid (two CTAs per SM), the unit of every band.
   const int64_t resident = int64_t{stream.occupancy} * sms;
   if (call.family.op == Op::packed) {
-    const int64_t items = call.num_seqs * call.family.heads;
+    const int64_t items = call.num_seqs * call.family.heads;  // sequence-heads
     const int t = call.family.tokens;
-    // The value split while the sequence-heads leave SMs idle: the T tokens
-    // are a dependent chain per CTA, and a split CTA updates 128 / C value rows
-    // per token and stores 1 / C of each checkpoint. f32 state: split4 while
-    // its CTAs fit one per SM (10-28% faster than stream at N x H <= 32, more
-    // for larger T); split2 while its CTAs fit one per SM at T <= 2 and two per
-    // SM at T >= 3 (3-15% faster; at T = 2 and N x H = SMs stream is 3%
-    // faster). bf16 state: split4 while N x H <= SMs / 8 (0-7.5%); beyond that
-    // the split ties or loses to rowcta's 512 threads.
+    // Measured with every route forced (docs/PERFORMANCE.md, "Fifth session"):
+    // the time depends on N x H, T and the dtype, not on N or H apart.
+    // The value split while the sequence-heads leave SMs idle: the T tokens are
+    // a dependent chain per CTA, and a split CTA updates 128 / C value rows per
+    // token and stores 1 / C of each checkpoint. f32 state: split4 while its
+    // CTAs fit one per SM (14-28% faster than stream), split2 while they do at
+    // T <= 4 (5-7%; at T = 8 stream ties it). bf16 state: split4 while
+    // 8 x N x H <= SMs (2-8% faster than rowcta), 4 x at T <= 2 (1-3%).
     if (route_spec(Route::split4).eligible(call, device)) {
-      if (bf16 ? 8 * items <= sms : 4 * items <= sms) return Route::split4;
-      if (!bf16 && (t >= 3 ? items <= sms : 2 * items <= sms)) return Route::split2;
+      if (bf16 ? (t <= 2 ? 4 : 8) * items <= sms : 4 * items <= sms) return Route::split4;
+      if (!bf16 && t <= 4 && 2 * items <= sms) return Route::split2;
     }
-    // f32 state: stream 3-11% faster than rowcta from N x H = 16 on, equal below.
-    // bf16 state: rowcta runs 512 threads there. Stream (256) wins at T = 2 once
-    // the sequence-heads exceed its grid (1-13%), and at T = 3 and 4 once each CTA
-    // walks more than four of them (1-6%); it ties or loses below that and at T = 8.
-    if (stream_ok && (!bf16 || (t <= 2 && items > resident) || (t <= 4 && items > 4 * resident)))
+    // f32 state: stream, 3-11% faster than rowcta from N x H = 16 on.
+    // bf16 state: rowcta runs 512 threads there. Stream (256) wins at T = 2
+    // (1-5% up to N x H = 256, 3-13% beyond), at T = 1 once the sequence-heads
+    // exceed its grid, and at T = 3 and 4 once each CTA walks more than four of
+    // them (1-6%); it loses below that and at T = 8.
+    if (stream_ok && (!bf16 || t == 2 || (t <= 2 && items > resident) || (t <= 4 && items > 4 * resident)))
       return Route::stream;
     return Route::rowcta;
   }

@@ -61,8 +61,8 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
-  // Packed, f32: split4 while 4 x N x H <= SMs, split2 while N x H <= SMs
-  // (T >= 3) or 2 x N x H <= SMs (T <= 2), then stream (T <= 8).
+  // Packed, f32: split4 while 4 x N x H <= SMs, split2 while 2 x N x H <= SMs
+  // at T <= 4, then stream (T <= 8).
   auto with = [](CallShape c, StateDtype st, int t) {
     c.family.state = st;
     c.family.tokens = t;
@@ -71,20 +71,27 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(packed(8, 4), h200) == Route::split4);   // 32 sequence-heads: 128 CTAs
   CHECK(builtin_route(packed(8, 5), h200) == Route::split2);   // 40
   CHECK(builtin_route(packed(64, 1), h200) == Route::split2);  // 64
-  CHECK(builtin_route(packed(64, 2), h200) == Route::split2);  // 128 <= 132 at T = 4
-  CHECK(builtin_route(packed(64, 3), h200) == Route::stream);  // 192
-  CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 2), h200) == Route::split2);  // 2 x 64 <= 132
-  CHECK(builtin_route(with(packed(64, 2), StateDtype::f32, 2), h200) == Route::stream);  // 2 x 128 > 132
+  CHECK(builtin_route(packed(66, 1), h200) == Route::split2);  // 2 x 66 <= 132
+  CHECK(builtin_route(packed(67, 1), h200) == Route::stream);
+  CHECK(builtin_route(packed(64, 2), h200) == Route::stream);  // 128
+  CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 2), h200) == Route::split2);
+  CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 8), h200) == Route::stream);  // T = 8: no split2
+  CHECK(builtin_route(with(packed(32, 1), StateDtype::f32, 8), h200) == Route::split4);
   CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 148}) == Route::split4);
   CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 64}) == Route::split2);  // the device's SM count decides
   CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream, split: T <= 8
   CHECK(builtin_route(with(packed(8, 1), StateDtype::f32, 9), h200) == Route::rowcta);
-  // bf16: split4 while 8 x N x H <= SMs, then stream at T <= 2 past the resident CTAs.
+  // bf16: split4 while 8 x N x H <= SMs (4 x at T <= 2); then stream at T = 2,
+  // at T = 1 past its grid and at T = 3..4 past four times its grid; else rowcta.
   CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 4), h200) == Route::split4);  // 16
   CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::rowcta);  // 32
+  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 2), h200) == Route::split4);  // 32 at T = 2
+  CHECK(builtin_route(with(packed(16, 3), StateDtype::bf16, 2), h200) == Route::stream);  // 48 at T = 2
   CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::split4);
-  CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);  // 512 sequence-heads
-  CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 2), h200) == Route::rowcta);  // 128
+  CHECK(builtin_route(with(packed(8, 4), StateDtype::bf16, 8), h200) == Route::rowcta);
+  CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);   // 512 sequence-heads
+  CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 1), h200) == Route::rowcta);   // T = 1: 128 <= 264
+  CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 1), h200) == Route::stream);   // 512 > 264
   // bf16 at T = 3 and 4: stream once the sequence-heads exceed four times its grid (1056).
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::stream);  // 8192
   CHECK(builtin_route(with(packed(64, 32), StateDtype::bf16, 3), h200) == Route::stream);   // 2048
