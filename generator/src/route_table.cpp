@@ -55,21 +55,16 @@ LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
 // bf16 slices (32 KiB) fit two stages next to two CTAs per SM; f32 (64 KiB) one.
 int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 : 1; }
 
-// T > 8 spills in the stream kernel (its walk state next to T tokens of phase A).
-constexpr int kStreamMaxTokens = 8;
-bool stream_eligible(const CallShape& c, const DeviceTraits& d) {
-  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kStreamMaxTokens);
-}
-
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
-// T > 8 spills in the packed split kernel (its conv history stays live across
-// phase B for the write after the cluster barrier).
-constexpr int kSplitMaxTokens = 8;
-bool split_eligible(const CallShape& c, const DeviceTraits& d) {
-  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kSplitMaxTokens);
+// Routes stream and split2/split4: T > 8 spills, next to T tokens of phase A,
+// the walk state of stream and the conv history the split keeps live across
+// phase B for its write after the cluster barrier.
+constexpr int kMaxTokensPacked = 8;
+bool not_repeated_up_to_8_tokens(const CallShape& c, const DeviceTraits& d) {
+  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kMaxTokensPacked);
 }
-constexpr std::string_view kSplitEligibility =
+constexpr std::string_view kNotRepeatedUpTo8Tokens =
     "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8";
 
 // constexpr: constant-initialised, so other translation units may read the
@@ -83,21 +78,21 @@ constexpr RouteSpec kRoutes[] = {
     {Route::split2,
      "the 128 value rows of one (row or sequence, head) over a cluster of 2 CTAs; RMSNorm sums through distributed "
      "shared memory",
-     {"kda_single_split.cu", "kda_packed_split.cu"}, 2, 2, threads_256, split_eligible, kSplitEligibility,
-     split_grid<2>},
+     {"kda_single_split.cu", "kda_packed_split.cu"}, 2, 2, threads_256, not_repeated_up_to_8_tokens,
+     kNotRepeatedUpTo8Tokens, split_grid<2>},
     {Route::split4,
      "the 128 value rows of one (row or sequence, head) over a cluster of 4 CTAs; RMSNorm sums through distributed "
      "shared memory",
      // Two CTAs per SM, not three: the packed op spills at three (80 registers;
      // 16-288 bytes at T = 2..8), and the selector picks the split only for
      // batches that leave most SMs idle, where occupancy does not matter.
-     {"kda_single_split.cu", "kda_packed_split.cu"}, 4, 2, threads_256, split_eligible, kSplitEligibility,
-     split_grid<4>},
+     {"kda_single_split.cu", "kda_packed_split.cu"}, 4, 2, threads_256, not_repeated_up_to_8_tokens,
+     kNotRepeatedUpTo8Tokens, split_grid<4>},
     {Route::stream,
      "a persistent grid (two CTAs per SM) walks the (row or sequence, head) items; the bulk copy engine streams the "
      "next items' state slices into shared memory while the current one computes",
-     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256, stream_eligible,
-     "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8", stream_grid, stream_stages},
+     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256,
+     not_repeated_up_to_8_tokens, kNotRepeatedUpTo8Tokens, stream_grid, stream_stages},
 };
 static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
 
