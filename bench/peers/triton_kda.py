@@ -28,6 +28,64 @@ NORM_HEADS, NORM_WARPS = 4, 4     # heads per program of the norm kernel
 # benchmark grid; Triton's divisibility specialization would recompile for each.
 
 
+# --- The math of one token, shared with triton_kda_packed.py (inlined by Triton) ---
+
+
+@triton.jit
+def load_conv_weights(weight_ptr, c, hidden, mask):
+    # weight[j, w, hd] with c = j*hidden + hd lives at c + 3*j*hidden + w*hidden.
+    w_ptr = weight_ptr + c + (c // hidden) * (3 * hidden)
+    w0 = tl.load(w_ptr, mask=mask, other=0.0)
+    w1 = tl.load(w_ptr + hidden, mask=mask, other=0.0)
+    w2 = tl.load(w_ptr + 2 * hidden, mask=mask, other=0.0)
+    w3 = tl.load(w_ptr + 3 * hidden, mask=mask, other=0.0)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def conv_silu(w0, w1, w2, w3, h0, h1, h2, x):
+    # The 4-tap causal conv over the history h0..h2 and x, then SiLU, in f32.
+    a = w0 * h0.to(tl.float32) + w1 * h1.to(tl.float32) + w2 * h2.to(tl.float32) + w3 * x.to(tl.float32)
+    return a * tl.sigmoid(a)
+
+
+@triton.jit
+def l2norm_qk(q, k):
+    # 0.0883... = 128 ** -0.5 (a literal: Triton kernels see only constexpr globals).
+    q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * 0.08838834764831845)
+    k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+    return q, k
+
+
+@triton.jit
+def gate_decay(g, A, lower_bound, SOFTPLUS: tl.constexpr):
+    # g: raw gate + dt_bias (f32); A = exp(A_log[h]). exp of the per-channel log decay.
+    if SOFTPLUS:
+        gv = -A * tl.where(g > 20.0, g, tl.log(1.0 + tl.exp(g)))
+    else:
+        gv = lower_bound * tl.sigmoid(A * g)
+    return tl.exp(gv)
+
+
+@triton.jit
+def delta_rule_step(s, q, k, v, decay, beta):
+    # One token on a [BV, 128] f32 state tile: decay, u = S k, S += beta (v - u) k^T, o = S q.
+    s = s * decay[None, :]
+    u = tl.sum(s * k[None, :], axis=1)
+    s = s + (beta * (v - u))[:, None] * k[None, :]
+    return s, tl.sum(s * q[None, :], axis=1)
+
+
+@triton.jit
+def gated_rmsnorm_rows(ob, og, w, eps, D: tl.constexpr):
+    # [BH, 128] f32 rows of o, their output gate and the norm weight.
+    inv_rms = tl.rsqrt(tl.sum(ob * ob, axis=1) / D + eps)
+    return ob * inv_rms[:, None] * w[None, :] * tl.sigmoid(og)
+
+
+# --- The three kernels of the single-token op ---
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def conv_update_kernel(x_ptr, x_row_stride, weight_ptr,
                        conv_ptr, conv_slot_stride, conv_chan_stride, conv_tap_stride,
@@ -48,14 +106,8 @@ def conv_update_kernel(x_ptr, x_row_stride, weight_ptr,
     h1 = tl.load(hist + conv_tap_stride, mask=keep, other=0.0)
     h2 = tl.load(hist + 2 * conv_tap_stride, mask=keep, other=0.0)
 
-    # weight[j, w, hd] with c = j*hidden + hd lives at c + 3*j*hidden + w*hidden.
-    w_ptr = weight_ptr + c + (c // hidden) * (3 * hidden)
-    w0 = tl.load(w_ptr, mask=in_row, other=0.0)
-    w1 = tl.load(w_ptr + hidden, mask=in_row, other=0.0)
-    w2 = tl.load(w_ptr + 2 * hidden, mask=in_row, other=0.0)
-    w3 = tl.load(w_ptr + 3 * hidden, mask=in_row, other=0.0)
-    a = w0 * h0.to(tl.float32) + w1 * h1.to(tl.float32) + w2 * h2.to(tl.float32) + w3 * x_raw.to(tl.float32)
-    m = a * tl.sigmoid(a)
+    w0, w1, w2, w3 = load_conv_weights(weight_ptr, c, hidden, in_row)
+    m = conv_silu(w0, w1, w2, w3, h0, h1, h2, x_raw)
     tl.store(act_ptr + row.to(tl.int64) * act_row_stride + c, m.to(act_ptr.dtype.element_ty), mask=in_row)
 
     # The history moves one tap; x goes in as raw bf16, bit-exact.
@@ -86,26 +138,14 @@ def recurrent_kernel(act_ptr, act_row_stride, gate_ptr, gate_row_stride, beta_pt
     q = tl.load(act + kk).to(tl.float32)
     k = tl.load(act + hidden + kk).to(tl.float32)
     v = tl.load(act + 2 * hidden + vv).to(tl.float32)
-    # 0.0883... = 128 ** -0.5 (a literal: Triton kernels see only constexpr globals).
-    q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * 0.08838834764831845)
-    k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
-
+    q, k = l2norm_qk(q, k)
     g = tl.load(gate_ptr + row64 * gate_row_stride + h * D + kk).to(tl.float32) + tl.load(dt_bias_ptr + h * D + kk)
-    A = tl.exp(tl.load(a_log_ptr + h))
-    if SOFTPLUS:
-        gv = -A * tl.where(g > 20.0, g, tl.log(1.0 + tl.exp(g)))
-    else:
-        gv = lower_bound * tl.sigmoid(A * g)
-    decay = tl.exp(gv)
+    decay = gate_decay(g, tl.exp(tl.load(a_log_ptr + h)), lower_bound, SOFTPLUS)
     beta = tl.sigmoid(tl.load(beta_ptr + row64 * beta_row_stride + h).to(tl.float32))
 
     tile = state_ptr + slot * state_slot_stride + h * (D * D) + vv[:, None] * D + kk[None, :]
     tile_mask = ((vv < D) & live)[:, None] & (kk < D)[None, :]
-    s = tl.load(tile, mask=tile_mask, other=0.0).to(tl.float32) * decay[None, :]
-    u = tl.sum(s * k[None, :], axis=1)
-    delta = beta * (v - u)
-    s = s + delta[:, None] * k[None, :]
-    o = tl.sum(s * q[None, :], axis=1)
+    s, o = delta_rule_step(tl.load(tile, mask=tile_mask, other=0.0).to(tl.float32), q, k, v, decay, beta)
     tl.store(tile, s.to(state_ptr.dtype.element_ty), mask=tile_mask)
     o = tl.where(live, o, 0.0)
     tl.store(o_ptr + row64 * o_row_stride + h * D + vv, o.to(o_ptr.dtype.element_ty))
@@ -127,8 +167,7 @@ def gated_rmsnorm_kernel(o_ptr, o_row_stride, og_ptr, og_row_stride, w_ptr, out_
     ob = tl.load(o_ptr + row64 * o_row_stride + off, mask=mask, other=0.0).to(tl.float32)
     og = tl.load(og_ptr + row64 * og_row_stride + off, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + vv)
-    inv_rms = tl.rsqrt(tl.sum(ob * ob, axis=1) / D + eps)
-    y = ob * inv_rms[:, None] * w[None, :] * tl.sigmoid(og)
+    y = gated_rmsnorm_rows(ob, og, w, eps, D)
     # Dead rows are zeros even with eps = 0 (where rsqrt(0) * 0 would be NaN).
     y = tl.where(live, y, 0.0)
     tl.store(out_ptr + row64 * out_row_stride + off, y.to(out_ptr.dtype.element_ty), mask=mask)

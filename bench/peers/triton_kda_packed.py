@@ -31,14 +31,14 @@ import torch
 import triton
 import triton.language as tl
 
-D = 128
+# The tile variants, block sizes and the math of one token are the single op's
+# (triton_kda.py): the packed kernels differ in what they loop over and where
+# they read the slots, not in the arithmetic. RECURRENT_VARIANTS: the benchmark
+# times every (BV, num_warps) per configuration and keeps the fastest.
+from triton_kda import (D, RECURRENT_VARIANTS, CONV_BLOCK, CONV_WARPS, NORM_HEADS, NORM_WARPS,  # noqa: F401
+                        load_conv_weights, conv_silu, l2norm_qk, gate_decay, delta_rule_step,
+                        gated_rmsnorm_rows)
 
-# (BV, num_warps) of the recurrent kernel: v rows per program. A small BV gives a
-# small batch more programs; a large BV amortizes the per-token q/k/gate loads over
-# more state rows. The benchmark times them all per configuration and keeps the fastest.
-RECURRENT_VARIANTS = ((4, 1), (8, 1), (16, 2), (32, 4))
-CONV_BLOCK, CONV_WARPS = 1024, 4  # 8 channels per thread: 16-byte bf16 accesses (SD layout)
-NORM_HEADS, NORM_WARPS = 4, 4     # heads per program of the norm kernel
 FLAG_BLOCK = 128                  # rows per store of the row-flag loops
 
 # do_not_specialize: sizes and strides that vary over the benchmark grid (or may
@@ -107,19 +107,12 @@ def conv_update_kernel(x_ptr, x_row_stride, weight_ptr,
     old_a = h1
     old_a1 = h2
 
-    # weight[j, w, hd] with c = j*hidden + hd lives at c + 3*j*hidden + w*hidden.
-    w_ptr = weight_ptr + c + (c // hidden) * (3 * hidden)
-    w0 = tl.load(w_ptr, mask=in_row, other=0.0)
-    w1 = tl.load(w_ptr + hidden, mask=in_row, other=0.0)
-    w2 = tl.load(w_ptr + 2 * hidden, mask=in_row, other=0.0)
-    w3 = tl.load(w_ptr + 3 * hidden, mask=in_row, other=0.0)
+    w0, w1, w2, w3 = load_conv_weights(weight_ptr, c, hidden, in_row)
 
     for t in range(0, tl.where(live, length, 0)):
         row = (qs + t).to(tl.int64)
         x_raw = tl.load(x_ptr + row * x_row_stride + c, mask=keep, other=0.0)
-        acc = (w0 * h0.to(tl.float32) + w1 * h1.to(tl.float32) + w2 * h2.to(tl.float32)
-               + w3 * x_raw.to(tl.float32))
-        m = acc * tl.sigmoid(acc)
+        m = conv_silu(w0, w1, w2, w3, h0, h1, h2, x_raw)
         tl.store(act_ptr + row * act_row_stride + c, m.to(act_ptr.dtype.element_ty), mask=keep)
         # Tap 2 + t gets the raw x (bf16, bit-exact); the three history taps were read above.
         tl.store(hist + (2 + t) * conv_tap_stride, x_raw, mask=keep)
@@ -161,22 +154,11 @@ def recurrent_kernel(act_ptr, act_row_stride, gate_ptr, gate_row_stride, beta_pt
         q = tl.load(act + kk).to(tl.float32)
         k = tl.load(act + hidden + kk).to(tl.float32)
         v = tl.load(act + 2 * hidden + vv).to(tl.float32)
-        # 0.0883... = 128 ** -0.5 (a literal: Triton kernels see only constexpr globals).
-        q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * 0.08838834764831845)
-        k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+        q, k = l2norm_qk(q, k)
         g = tl.load(gate_ptr + row * gate_row_stride + h * D + kk).to(tl.float32) + dtb
-        if SOFTPLUS:
-            gv = -A * tl.where(g > 20.0, g, tl.log(1.0 + tl.exp(g)))
-        else:
-            gv = lower_bound * tl.sigmoid(A * g)
-        decay = tl.exp(gv)
+        decay = gate_decay(g, A, lower_bound, SOFTPLUS)
         beta = tl.sigmoid(tl.load(beta_ptr + row * beta_row_stride + h).to(tl.float32))
-
-        s = s * decay[None, :]
-        u = tl.sum(s * k[None, :], axis=1)
-        delta = beta * (v - u)
-        s = s + delta[:, None] * k[None, :]
-        o = tl.sum(s * q[None, :], axis=1)
+        s, o = delta_rule_step(s, q, k, v, decay, beta)
         tl.store(o_ptr + row * o_row_stride + h * D + vv, o.to(o_ptr.dtype.element_ty))
 
         # The checkpoint of token t, when its slot is valid (the carry stays f32).
@@ -203,8 +185,7 @@ def gated_rmsnorm_kernel(o_ptr, o_row_stride, og_ptr, og_row_stride, w_ptr, out_
     ob = tl.load(o_ptr + row64 * o_row_stride + off, mask=mask & live, other=0.0).to(tl.float32)
     og = tl.load(og_ptr + row64 * og_row_stride + off, mask=mask & live, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + vv)
-    inv_rms = tl.rsqrt(tl.sum(ob * ob, axis=1) / D + eps)
-    y = ob * inv_rms[:, None] * w[None, :] * tl.sigmoid(og)
+    y = gated_rmsnorm_rows(ob, og, w, eps, D)
     # Dead rows are zeros even with eps = 0 (where rsqrt(0) * 0 would be NaN).
     y = tl.where(live, y, 0.0)
     tl.store(out_ptr + row64 * out_row_stride + off, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The benchmark run of docs/PERFORMANCE.md on a CUDA machine, in one call:
+# build, `kdajit tune` (the route table the tuned column uses), the full
+# `kdajit_bench` grid (every route forced, tuned and untuned, PDL, host cost),
+# `kdajit verify --load` of that cache, and the two Triton peer benchmarks
+# (each with its float64 reference check). Logs and JSON under
+# ${OUT:-/tmp/kdajit-out}: eight files (a device call brings back no more):
+# build.log, run.log (every step's stderr), tune.json, grid.json, grid.txt,
+# peers_single.json, peers_packed.json, peers.txt; a summary is printed last. The GPU suite is tests/gpu/run_on_device.sh.
+#
+#   COMMIT=abc1234 bash bench/run_on_device.sh
+#
+# COMMIT is recorded in the JSON (default: git rev-parse, which a copied tree
+# may not have right). STEPS (default "tune grid verify peers") runs a part.
+# Exit status: 0 only when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kdajit-out}
+B=${BUILD_DIR:-$PWD/build-device}
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+STEPS=${STEPS:-tune grid verify peers}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+export KDAJIT_CACHE_DIR=${KDAJIT_CACHE_DIR:-/tmp/kdajit-bench-cache}
+mkdir -p "$OUT"
+: >"$OUT/run.log"
+rc=0
+summary=()
+t0=$(date +%s)
+if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build "$B"; } >"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; exit 1
+fi
+summary+=("build: $(( $(date +%s) - t0 )) s, warnings: $(grep -c 'warning:' "$OUT/build.log")")
+
+# 1. The route table of this GPU (JSON: the table and every route's median).
+if step tune; then
+  t=$(date +%s)
+  "$B/tools/kdajit" tune --preset glm-5.3-flash --reps 5 --json >"$OUT/tune.json" 2>>"$OUT/run.log"
+  s=$?; [ $s = 0 ] || rc=1
+  summary+=("tune: rc=$s, $(( $(date +%s) - t )) s")
+  if [ -f "$B/runtime/libkdajit.so" ]; then
+    summary+=("tune vs built-in bands: $(KDAJIT_LIBRARY=$B/runtime/libkdajit.so PYTHONPATH=python \
+      python3 bench/tune_vs_selector.py "$OUT/tune.json" 2>&1 | grep -E '^all:' | head -1)")
+  fi
+fi
+
+# 2. The grid, on the same cache (so the tuned column reads the table above).
+if step grid; then
+  t=$(date +%s)
+  "$B/bench/kdajit_bench" --routes all --tuning both --pdl --iters 50 --host-calls 200 \
+    --json "$OUT/grid.json" --commit "$COMMIT" >"$OUT/grid.txt" 2>>"$OUT/run.log"
+  s=$?; [ $s = 0 ] || rc=1
+  summary+=("grid: rc=$s, $(( $(date +%s) - t )) s, $(grep -c '' "$OUT/grid.txt") table lines")
+fi
+
+# 3. Every cached cubin re-hashed and loaded on this GPU.
+if step verify; then
+  "$B/tools/kdajit" verify --load >/tmp/kdajit-verify.log 2>&1
+  s=$?; [ $s = 0 ] || rc=1
+  cat /tmp/kdajit-verify.log >>"$OUT/run.log"
+  summary+=("verify --load: rc=$s, $(tail -1 /tmp/kdajit-verify.log)")
+fi
+
+# 4. The Triton peers (exit 0: measured, and both implementations match the
+# float64 reference and each other).
+if step peers; then
+  export PYTHONUNBUFFERED=1
+  python3 bench/peers/bench_triton_peer.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
+    --rows 8,32,128,512 --reps 30 --time-limit 60 --watchdog 80 --json "$OUT/peers_single.json" \
+    >"$OUT/peers.txt" 2>>"$OUT/run.log"
+  s=$?; [ $s = 0 ] || rc=1
+  summary+=("peer single: rc=$s")
+  python3 bench/peers/bench_triton_packed.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
+    --seqs 1,8,32,128 --tokens 2,4 --reps 30 --host-calls 100 --time-limit 80 --watchdog 100 \
+    --json "$OUT/peers_packed.json" >>"$OUT/peers.txt" 2>>"$OUT/run.log"
+  s=$?; [ $s = 0 ] || rc=1
+  summary+=("peer packed: rc=$s; reference checks of both: $(grep -cE '^  reference .* ok ' "$OUT/run.log") ok, $(grep -cE '^  reference .* FAIL' "$OUT/run.log") failed")
+fi
+
+printf '%s\n' "${summary[@]}"
+exit $rc
