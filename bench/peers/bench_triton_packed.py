@@ -8,9 +8,10 @@ process on the same torch tensors; kdajit through the repository's Python packag
 bench/peers/README.md says what is measured and how to read it.
 
 The measurement helpers (Timer, copy_bandwidth, host_cost, summary, load_kdajit,
-write_json, ...) and the driver (run_grid: setup, JSON, reference check, the grid,
-the table) are bench_triton_peer.py's, imported from it; the kernels are in
-triton_kda_packed.py; problems and the float64 reference of the reference check
+write_json, ...), the measurement of one configuration (measure_pair: kdajit,
+the Triton tile search, the check, the speedup) and the driver (run_grid:
+setup, JSON, reference check, the grid, the table) are bench_triton_peer.py's,
+imported from it; the kernels are in triton_kda_packed.py; problems and the float64 reference of the reference check
 are tests/python/kda_testing.py's (imported by path). Only the grid's large
 problems are built here, on the device.
 
@@ -21,7 +22,6 @@ Triton, CUDA or libkdajit); 3 the time limit cut the run short (partial results)
 import importlib.util
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -385,69 +385,18 @@ def measure_config(torch, timer, heads, seqs, tokens, state_name, seed, opts, ro
     scratch = tk.make_scratch(work)
     tk.check_layout(work, scratch)
 
-    def kd_call():
-        kd_decode(work)
+    def check(variant):
+        plan = packed_plan(p0)
+        expected = expected_conv_state(torch, p0, plan)
 
-    def finish(entry, us):
-        entry["device_us"] = peer.summary(us)
-        entry["gbps"] = nbytes / (entry["device_us"]["median"] * 1e3)
-        entry["pct_of_copy_bandwidth"] = 100.0 * entry["gbps"] / roof_gbps
+        def tr_run(q):
+            tk.decode(q, tk.make_scratch(q), variant)
 
-    # kdajit: the first call JIT-compiles (or loads from the disk cache).
-    def run_kdajit():
-        e = rec["kdajit"] = {"status": "running"}
-        e["key"] = kd_selected_key(work)  # validation and route selection only
-        t = time.perf_counter()
-        kd_call()
-        torch.cuda.synchronize()
-        e["first_call_ms"] = (time.perf_counter() - t) * 1e3
-        g = timer.capture(kd_call)
-        finish(e, timer.replays(g, opts.reps))
-        e["host"] = peer.host_cost(torch, kd_call, opts.host_calls)
-        e["status"] = "ok"
-        del g
+        return peer_check(torch, p0, plan, expected, kd_decode, tr_run)
 
-    # Triton: every tile variant compiled, captured and timed briefly; the fastest is measured.
-    def run_triton():
-        e = rec["triton"] = {"status": "running", "variants": []}
-        best = None
-        for bv, w in tk.RECURRENT_VARIANTS:
-            t = time.perf_counter()
-            tk.decode(work, scratch, (bv, w))
-            torch.cuda.synchronize()
-            first_ms = (time.perf_counter() - t) * 1e3
-            g = timer.capture(lambda: tk.decode(work, scratch, (bv, w)))
-            med = statistics.median(timer.replays(g, opts.tune_reps))
-            e["variants"].append({"bv": bv, "num_warps": w, "median_us": med, "first_call_ms": first_ms})
-            if best is None or med < best[0]:
-                best = (med, (bv, w), g)
-            else:
-                del g
-        _, variant, g = best
-        e["variant"] = {"bv": variant[0], "num_warps": variant[1]}
-        finish(e, timer.replays(g, opts.reps))
-        del g, best
-        e["host"] = peer.host_cost(torch, lambda: tk.decode(work, scratch, variant), opts.host_calls)
-        e["status"] = "ok"
-        return variant
-
-    peer.attempt(rec, "kdajit", run_kdajit)
-    variant = peer.attempt(rec, "triton", run_triton)
-    # The check runs the variant that was timed, on fresh copies of the pristine inputs.
-    if rec["kdajit"]["status"] == "ok" and variant is not None:
-        def run_check():
-            plan = packed_plan(p0)
-            expected = expected_conv_state(torch, p0, plan)
-
-            def tr_run(q):
-                tk.decode(q, tk.make_scratch(q), variant)
-
-            rec["check"] = peer_check(torch, p0, plan, expected, kd_decode, tr_run)
-            rec["check"]["status"] = "ok" if rec["check"]["ok"] else "mismatch"
-
-        peer.attempt(rec, "check", run_check)
-    if rec["kdajit"]["status"] == "ok" and rec["triton"]["status"] == "ok":
-        rec["speedup"] = rec["triton"]["device_us"]["median"] / rec["kdajit"]["device_us"]["median"]
+    peer.measure_pair(torch, timer, rec, opts, roof_gbps, kd_call=lambda: kd_decode(work),
+                      kd_key=lambda: kd_selected_key(work), variants=tk.RECURRENT_VARIANTS,
+                      triton_run=lambda variant: tk.decode(work, scratch, variant), check=check)
     rec["seconds"] = time.perf_counter() - t_start
     del p0, work, scratch
     torch.cuda.synchronize()

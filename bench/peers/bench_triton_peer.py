@@ -7,8 +7,8 @@ kdajit.fused_kda_decode over the library given by --lib). bench/peers/README.md 
 what is measured and how to read it.
 
 Over 500 lines: the driver of a comparison outside the library (options, the
-Triton tile search, timing, checks, JSON and table; run_grid, the part that
-bench_triton_packed.py shares); the kernels and the problem generator are in
+Triton tile search, timing, checks, JSON and table; measure_pair and run_grid,
+the parts that bench_triton_packed.py shares); the kernels and the problem generator are in
 triton_kda.py and kda_problem.py. Split it when it grows.
 
 Exit codes: 0 all measured and every check passed; 1 a check failed or a
@@ -480,6 +480,70 @@ def attempt(rec, key, fn):
         return None
 
 
+def measure_pair(torch, timer, rec, opts, roof_gbps, *, kd_call, kd_key, variants, triton_run, check):
+    """What both peer benchmarks measure of one configuration, into rec (its
+    "bytes_per_call" set): kdajit (kd_key(): the key it selects; the first call,
+    which compiles or loads from the disk cache; graph replays; host cost), then
+    Triton (every (BV, num_warps) of `variants` compiled, captured and timed
+    briefly, the fastest timed fully), then check(variant) -> the check's dict,
+    which runs the timed variant on fresh copies of the pristine inputs, and the
+    speedup. kd_call() and triton_run(variant) are one call on the working
+    problem. A failing part is recorded (attempt()) and the others still run."""
+    nbytes = rec["bytes_per_call"]
+
+    def finish(entry, us):
+        entry["device_us"] = summary(us)
+        entry["gbps"] = nbytes / (entry["device_us"]["median"] * 1e3)
+        entry["pct_of_copy_bandwidth"] = 100.0 * entry["gbps"] / roof_gbps
+
+    def run_kdajit():
+        e = rec["kdajit"] = {"status": "running"}
+        e["key"] = kd_key()  # validation and route selection only
+        t = time.perf_counter()
+        kd_call()
+        torch.cuda.synchronize()
+        e["first_call_ms"] = (time.perf_counter() - t) * 1e3
+        g = timer.capture(kd_call)
+        finish(e, timer.replays(g, opts.reps))
+        e["host"] = host_cost(torch, kd_call, opts.host_calls)
+        e["status"] = "ok"
+        del g
+
+    def run_triton():
+        e = rec["triton"] = {"status": "running", "variants": []}
+        best = None
+        for bv, w in variants:
+            t = time.perf_counter()
+            triton_run((bv, w))
+            torch.cuda.synchronize()
+            first_ms = (time.perf_counter() - t) * 1e3
+            g = timer.capture(lambda: triton_run((bv, w)))
+            med = statistics.median(timer.replays(g, opts.tune_reps))
+            e["variants"].append({"bv": bv, "num_warps": w, "median_us": med, "first_call_ms": first_ms})
+            if best is None or med < best[0]:
+                best = (med, (bv, w), g)
+            else:
+                del g
+        _, variant, g = best
+        e["variant"] = {"bv": variant[0], "num_warps": variant[1]}
+        finish(e, timer.replays(g, opts.reps))
+        del g, best
+        e["host"] = host_cost(torch, lambda: triton_run(variant), opts.host_calls)
+        e["status"] = "ok"
+        return variant
+
+    attempt(rec, "kdajit", run_kdajit)
+    variant = attempt(rec, "triton", run_triton)
+    if rec["kdajit"]["status"] == "ok" and variant is not None:
+        def run_check():
+            rec["check"] = check(variant)
+            rec["check"]["status"] = "ok" if rec["check"]["ok"] else "mismatch"
+
+        attempt(rec, "check", run_check)
+    if rec["kdajit"]["status"] == "ok" and rec["triton"]["status"] == "ok":
+        rec["speedup"] = rec["triton"]["device_us"]["median"] / rec["kdajit"]["device_us"]["median"]
+
+
 def measure_config(torch, timer, heads, rows, state_name, seed, opts, roof_gbps):
     import triton_kda
     from kda_problem import make_problem
@@ -496,66 +560,15 @@ def measure_config(torch, timer, heads, rows, state_name, seed, opts, roof_gbps)
     act, o = triton_kda.make_scratch(work)
     triton_kda.check_layout(work, act, o)
 
-    def kd_call():
-        kd_decode(work)
+    def check(variant):
+        def tr_run(q):
+            triton_kda.decode(q, act, o, variant)
 
-    def finish(entry, us):
-        entry["device_us"] = summary(us)
-        entry["gbps"] = nbytes / (entry["device_us"]["median"] * 1e3)
-        entry["pct_of_copy_bandwidth"] = 100.0 * entry["gbps"] / roof_gbps
+        return peer_check(torch, p0, kd_decode, tr_run)
 
-    # kdajit: the first call JIT-compiles (or loads from the disk cache).
-    def run_kdajit():
-        e = rec["kdajit"] = {"status": "running"}
-        e["key"] = kd_selected_key(work)  # validation and route selection only
-        t = time.perf_counter()
-        kd_call()
-        torch.cuda.synchronize()
-        e["first_call_ms"] = (time.perf_counter() - t) * 1e3
-        g = timer.capture(kd_call)
-        finish(e, timer.replays(g, opts.reps))
-        e["host"] = host_cost(torch, kd_call, opts.host_calls)
-        e["status"] = "ok"
-        del g
-
-    # Triton: every tile variant compiled, captured and timed briefly; the fastest is measured.
-    def run_triton():
-        e = rec["triton"] = {"status": "running", "variants": []}
-        best = None
-        for bv, w in triton_kda.RECURRENT_VARIANTS:
-            t = time.perf_counter()
-            triton_kda.decode(work, act, o, (bv, w))
-            torch.cuda.synchronize()
-            first_ms = (time.perf_counter() - t) * 1e3
-            g = timer.capture(lambda: triton_kda.decode(work, act, o, (bv, w)))
-            med = statistics.median(timer.replays(g, opts.tune_reps))
-            e["variants"].append({"bv": bv, "num_warps": w, "median_us": med, "first_call_ms": first_ms})
-            if best is None or med < best[0]:
-                best = (med, (bv, w), g)
-            else:
-                del g
-        _, variant, g = best
-        e["variant"] = {"bv": variant[0], "num_warps": variant[1]}
-        finish(e, timer.replays(g, opts.reps))
-        del g, best
-        e["host"] = host_cost(torch, lambda: triton_kda.decode(work, act, o, variant), opts.host_calls)
-        e["status"] = "ok"
-        return variant
-
-    attempt(rec, "kdajit", run_kdajit)
-    variant = attempt(rec, "triton", run_triton)
-    # The check runs the variant that was timed, on fresh copies of the pristine inputs.
-    if rec["kdajit"]["status"] == "ok" and variant is not None:
-        def run_check():
-            def tr_run(q):
-                triton_kda.decode(q, act, o, variant)
-
-            rec["check"] = peer_check(torch, p0, kd_decode, tr_run)
-            rec["check"]["status"] = "ok" if rec["check"]["ok"] else "mismatch"
-
-        attempt(rec, "check", run_check)
-    if rec["kdajit"]["status"] == "ok" and rec["triton"]["status"] == "ok":
-        rec["speedup"] = rec["triton"]["device_us"]["median"] / rec["kdajit"]["device_us"]["median"]
+    measure_pair(torch, timer, rec, opts, roof_gbps, kd_call=lambda: kd_decode(work),
+                 kd_key=lambda: kd_selected_key(work), variants=triton_kda.RECURRENT_VARIANTS,
+                 triton_run=lambda variant: triton_kda.decode(work, act, o, variant), check=check)
     rec["seconds"] = time.perf_counter() - t_start
     del p0, work, act, o
     torch.cuda.synchronize()
