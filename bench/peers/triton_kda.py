@@ -193,14 +193,20 @@ def check_layout(p, act, o):
         ("act (scratch)", act, torch.bfloat16, (R, qkv), [None, 1]),
         ("o (scratch)", o, torch.bfloat16, (R, H, D), [None, D, 1]),
     ]
+    check_tensors(checks, p.state)
+
+
+def check_tensors(checks, state):
+    """checks: (name, tensor, dtype, shape, strides; None = free); state: f32 or bf16.
+    Raises ValueError naming the first tensor that differs (shared with triton_kda_packed.py)."""
     for name, t, dtype, shape, strides in checks:
         if t.dtype != dtype or tuple(t.shape) != shape:
             raise ValueError(f"{name}: expected {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
         for i, want in enumerate(strides):
             if want is not None and t.shape[i] > 1 and t.stride(i) != want:
                 raise ValueError(f"{name}: expected stride {want} in dim {i}, got strides {t.stride()}")
-    if p.state.dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"state: expected float32 or bfloat16, got {p.state.dtype}")
+    if state.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"state: expected float32 or bfloat16, got {state.dtype}")
 
 
 def make_scratch(p):

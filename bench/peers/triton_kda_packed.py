@@ -37,7 +37,7 @@ import triton.language as tl
 # times every (BV, num_warps) per configuration and keeps the fastest.
 from triton_kda import (D, RECURRENT_VARIANTS, CONV_BLOCK, CONV_WARPS, NORM_HEADS, NORM_WARPS,  # noqa: F401
                         load_conv_weights, conv_silu, l2norm_qk, gate_decay, delta_rule_step,
-                        gated_rmsnorm_rows)
+                        gated_rmsnorm_rows, check_tensors)
 
 FLAG_BLOCK = 128                  # rows per store of the row-flag loops
 
@@ -226,14 +226,7 @@ def check_layout(p, scratch):
         ("o (scratch)", o, torch.bfloat16, (R, H, D), [None, D, 1]),
         ("row flags (scratch)", flags, torch.int32, (R,), [1]),
     ]
-    for name, t, dtype, shape, strides in checks:
-        if t.dtype != dtype or tuple(t.shape) != shape:
-            raise ValueError(f"{name}: expected {dtype} {list(shape)}, got {t.dtype} {list(t.shape)}")
-        for i, want in enumerate(strides):
-            if want is not None and t.shape[i] > 1 and t.stride(i) != want:
-                raise ValueError(f"{name}: expected stride {want} in dim {i}, got strides {t.stride()}")
-    if v["state"].dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"state: expected float32 or bfloat16, got {v['state'].dtype}")
+    check_tensors(checks, v["state"])
     if not 1 <= H <= 128 or not 1 <= T <= 16:
         raise ValueError(f"heads {H} / tokens {T}: expected 1..128 / 1..16")
 
