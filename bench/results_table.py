@@ -9,6 +9,12 @@
                                           pdl (us saved by PDL on two dependent calls)
   results_table.py FILE --route NAME      the grid of one forced route (--routes): ratio, or n/a
   results_table.py FILE --flat            one row per cell with every main number
+  results_table.py FILE --fit             per family (op, state, conv, T, H): device time = fixed +
+                                          per-MB cost, least squares over the cells of at least 1/8
+                                          of the family's largest bytes, for kdajit (the largest
+                                          cell's route, forced in every cell fitted) and the floor;
+                                          slope ratio = kdajit's per-MB cost / the floor's, and the
+                                          extra fixed cost: what a large batch and a small one pay
 
 Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their flat table.
 """
@@ -109,18 +115,63 @@ def flat(j):
               f"| {c['floor_shape']} | {c['host_us_per_call']['median']:.2f} | {bare_us} |")
 
 
-def main():
+def least_squares(xs, ys):
+    """(intercept, slope) of the least-squares line through (xs, ys); two or more distinct xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def route_us(c, route):
+    """Device us of `route` in cell c: the forced timing (--routes), else the selected one."""
+    r = c.get("routes", {}).get(route)
+    if r and r.get("status") == "ok":
+        return r["device_us"]["median"]
+    return c["device_us"]["median"] if c["route"] == route else None
+
+
+def fit(j):
+    print(header(j))
+    print()
+    print("| op | state | conv | T | H | route | N fitted | kdajit fixed us | floor fixed us | extra fixed us "
+          "| kdajit us/MB | floor us/MB | slope ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    fams = {}
+    for c in j["configs"]:
+        if c["status"] == "ok":
+            fams.setdefault((c["op"], c["state"], c["conv"], c["tokens"], c["heads"]), []).append(c)
+    for (op, state, conv, t, h), cells in fams.items():
+        cells.sort(key=lambda c: c["bytes_per_call"])
+        route = cells[-1]["route"]
+        used = [c for c in cells if c["bytes_per_call"] * 8 >= cells[-1]["bytes_per_call"]]
+        used = [c for c in used if route_us(c, route) is not None]
+        if len({c["bytes_per_call"] for c in used}) < 2:
+            continue
+        mb = [c["bytes_per_call"] / 1e6 for c in used]
+        a1, b1 = least_squares(mb, [route_us(c, route) for c in used])
+        a0, b0 = least_squares(mb, [c["floor_us"] for c in used])
+        ns = ",".join(str(c["count"]) for c in used)
+        print(f"| {op} | {state} | {conv} | {t} | {h} | {route} | {ns} | {a1:.1f} | {a0:.1f} | {a1 - a0:+.1f} "
+              f"| {b1:.4f} | {b0:.4f} | {b1 / b0:.3f} |")
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
     ap.add_argument("--value", default="ratio", choices=["ratio", "kdajit", "floor", "host", "diff", "tuned", "pdl"])
     ap.add_argument("--route", help="the grid of this forced route (a --routes run)")
     ap.add_argument("--flat", action="store_true")
-    a = ap.parse_args()
+    ap.add_argument("--fit", action="store_true", help="fixed + per-MB cost per family (see above)")
+    a = ap.parse_args(argv)
     j = json.load(open(a.file))
     if j.get("schema") != "kdajit-bench-decode/2":
         old_schema(j)
     elif a.flat:
         flat(j)
+    elif a.fit:
+        fit(j)
     else:
         grid(j, f"route:{a.route}" if a.route else a.value)
 

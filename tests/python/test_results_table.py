@@ -1,0 +1,95 @@
+"""bench/results_table.py: the markdown tables of docs/PERFORMANCE.md from a
+kdajit_bench JSON, and --fit (device time = fixed + per-MB cost per family),
+on a synthetic grid whose times are known lines, and on a committed run."""
+import contextlib
+import glob
+import importlib.util
+import io
+import json
+import os
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "bench")
+spec = importlib.util.spec_from_file_location("results_table", os.path.join(BENCH, "results_table.py"))
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+
+
+def cell(op, heads, count, tokens, state, mb, us, floor_us, route, forced):
+    """One kdajit_bench cell (the fields results_table reads)."""
+    return {"op": op, "heads": heads, "count": count, "rows": count * tokens, "tokens": tokens, "state": state,
+            "conv": "sd", "status": "ok", "route": route, "bytes_per_call": int(mb * 1e6),
+            "device_us": {"median": us}, "floor_us": floor_us, "ratio": us / floor_us,
+            "host_us_per_call": {"median": 4.0}, "host_minus_bare_us": 0.25,
+            "bare_launch": {"status": "ok", "us_per_call": {"median": 3.75}},
+            "tuned": {"status": "ok", "route": route, "ratio": us / floor_us},
+            "routes": {r: {"status": "ok", "device_us": {"median": t}, "ratio": t / floor_us}
+                       for r, t in forced.items()}}
+
+
+def synthetic():
+    """Single f32 H = 8: stream at the two small N, rowcta at the three large ones; forced
+    rowcta is 10 + 0.3 us/MB everywhere, the floor 5 + 0.25 us/MB (MB = N here)."""
+    cells = []
+    for n in (1, 2, 16, 64, 128):
+        rowcta = 10.0 + 0.3 * n
+        stream = rowcta - 1.0 if n < 16 else rowcta + 2.0
+        route = "stream" if n < 16 else "rowcta"
+        cells.append(cell("single", 8, n, 1, "f32", n, min(rowcta, stream), 5.0 + 0.25 * n, route,
+                          {"rowcta": rowcta, "stream": stream}))
+    return {"schema": "kdajit-bench-decode/2", "date": "2026-12-01T00:00:00Z", "commit": "abc1234",
+            "copy_bandwidth_gbps": 4000.0, "settings": {"iters": 50},
+            "gpu": {"name": "Test GPU", "sms": 132, "cuda_driver_version": "13.0"}, "configs": cells}
+
+
+class ResultsTable(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "grid.json")
+        with open(self.path, "w") as f:
+            json.dump(synthetic(), f)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_tool(self, *args, path=None):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tool.main([path or self.path, *args])
+        return out.getvalue()
+
+    def test_grid_cells_are_ratio_and_route(self):
+        out = self.run_tool()
+        self.assertIn("**single, f32 state, conv sd**: kdajit / floor (route)", out)
+        self.assertIn("| H | N=1 | N=2 | N=16 | N=64 | N=128 |", out)
+        # N = 1: stream 9.3 us over a 5.25 us floor; N = 128: rowcta 48.4 over 37.
+        self.assertIn("| 8 | 1.77 (stream) |", out)
+        self.assertIn("| 1.31 (rowcta) |", out)
+
+    def test_fit_recovers_the_lines(self):
+        rows = [l for l in self.run_tool("--fit").splitlines() if l.startswith("| single")]
+        self.assertEqual(len(rows), 1, rows)
+        cols = [c.strip() for c in rows[0].strip("|").split("|")]
+        # The largest cell's route (rowcta), forced, over the cells >= 128/8 MB: N 16, 64, 128.
+        self.assertEqual(cols[5:], ["rowcta", "16,64,128", "10.0", "5.0", "+5.0", "0.3000", "0.2500", "1.200"])
+
+    def test_fit_skips_a_family_with_one_size(self):
+        j = synthetic()
+        j["configs"] = j["configs"][-1:]
+        with open(self.path, "w") as f:
+            json.dump(j, f)
+        self.assertNotIn("| single", self.run_tool("--fit"))
+
+    def test_committed_runs_print_in_every_mode(self):
+        runs = sorted(glob.glob(os.path.join(BENCH, "results", "*-decode-grid-*.json")))
+        self.assertTrue(runs, "no committed kdajit_bench grid under bench/results")
+        for args in ([], ["--fit"], ["--flat"], ["--value", "tuned"], ["--value", "diff"], ["--route", "stream"]):
+            out = self.run_tool(*args, path=runs[-1])
+            self.assertIn("NVIDIA H200", out.splitlines()[0], args)
+            self.assertGreater(len(out.splitlines()), 10, args)
+
+
+if __name__ == "__main__":
+    unittest.main()
