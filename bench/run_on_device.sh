@@ -4,14 +4,18 @@
 # `kdajit_bench` grid (every route forced, tuned and untuned, PDL, host cost),
 # `kdajit verify --load` of that cache, and the two Triton peer benchmarks
 # (each with its float64 reference check). Logs and JSON under
-# ${OUT:-/tmp/kdajit-out}: eight files (a device call brings back no more):
-# build.log, run.log (every step's stderr), tune.json, grid.json, grid.txt,
-# peers_single.json, peers_packed.json, peers.txt; a summary is printed last. The GPU suite is tests/gpu/run_on_device.sh.
+# ${OUT:-/tmp/kdajit-out}: at most eight files (a device call brings back no
+# more): build.log, run.log (every step's stderr), tune.json, grid.json,
+# tables.txt (the grid's and the peers' tables), peers_single.json,
+# peers_packed.json, ncu.txt; a summary is printed last. The GPU suite is tests/gpu/run_on_device.sh.
 #
 #   COMMIT=abc1234 bash bench/run_on_device.sh
 #
 # COMMIT is recorded in the JSON (default: git rev-parse, which a copied tree
-# may not have right). STEPS (default "tune grid verify peers") runs a part.
+# may not have right). STEPS (default "tune grid verify peers") runs a part;
+# "ncu" (not a default) profiles the selected kernel of the cells in NCU_CELLS
+# (name and kdajit_bench arguments per line; default: one cell per missed
+# target family of docs/PERFORMANCE.md) into ncu.txt, the eighth file.
 # Exit status: 0 only when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,9 +51,9 @@ fi
 if step grid; then
   t=$(date +%s)
   "$B/bench/kdajit_bench" --routes all --tuning both --pdl --iters 50 --host-calls 200 \
-    --json "$OUT/grid.json" --commit "$COMMIT" >"$OUT/grid.txt" 2>>"$OUT/run.log"
+    --json "$OUT/grid.json" --commit "$COMMIT" >"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1
-  summary+=("grid: rc=$s, $(( $(date +%s) - t )) s, $(grep -c '' "$OUT/grid.txt") table lines")
+  summary+=("grid: rc=$s, $(( $(date +%s) - t )) s, $(grep -c '' "$OUT/tables.txt") table lines")
 fi
 
 # 3. Every cached cubin re-hashed and loaded on this GPU.
@@ -66,14 +70,40 @@ if step peers; then
   export PYTHONUNBUFFERED=1
   python3 bench/peers/bench_triton_peer.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
     --rows 8,32,128,512 --reps 30 --time-limit 60 --watchdog 80 --json "$OUT/peers_single.json" \
-    >"$OUT/peers.txt" 2>>"$OUT/run.log"
+    >>"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1
   summary+=("peer single: rc=$s")
   python3 bench/peers/bench_triton_packed.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
     --seqs 1,8,32,128 --tokens 2,4 --reps 30 --host-calls 100 --time-limit 80 --watchdog 100 \
-    --json "$OUT/peers_packed.json" >>"$OUT/peers.txt" 2>>"$OUT/run.log"
+    --json "$OUT/peers_packed.json" >>"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1
   summary+=("peer packed: rc=$s; reference checks of both: $(grep -cE '^  reference .* ok ' "$OUT/run.log") ok, $(grep -cE '^  reference .* FAIL' "$OUT/run.log") failed")
+fi
+
+# 5. ncu on the selected kernel of a few cells (the first kdajit launch of
+# each; ncu flushes the caches before it). One CSV block per cell in ncu.txt.
+# A few metrics of ncu's CSV details page (columns 13: name, 15: value).
+ncu_brief() {
+  grep -E '"(Duration|DRAM Throughput|Compute \(SM\) Throughput|Warp Cycles Per Issued Instruction|Registers Per Thread|Achieved Occupancy)"' "$1" |
+    awk -F'","' '{gsub(/"|,$/, "", $15); printf ", %s %s", $13, $15}'
+}
+NCU_CELLS=${NCU_CELLS:-"packed_bf16_t2_h64_n128 --op packed --heads 64 --rows 128 --tokens 2 --state bf16 --conv sd
+single_bf16_h64_n32 --op single --heads 64 --rows 32 --state bf16 --conv sd
+packed_f32_t8_h64_n1 --op packed --heads 64 --rows 1 --tokens 8 --state f32 --conv sd"}
+if step ncu; then
+  : >"$OUT/ncu.txt"
+  while read -r name args; do
+    [ -n "$name" ] || continue
+    # shellcheck disable=SC2086  # args: the cell's kdajit_bench arguments, split on purpose
+    ncu --clock-control none --kernel-name regex:^kda_ --launch-count 1 --csv --page details \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section SourceCounters --section InstructionStats \
+      "$B/bench/kdajit_bench" $args --routes selector --iters 3 --no-warm --host-calls 1 --floor-shapes cta256 \
+      >/tmp/kdajit-ncu-cell.txt 2>>"$OUT/run.log"
+    s=$?; [ $s = 0 ] || rc=1
+    { echo "## $name: kdajit_bench $args"; cat /tmp/kdajit-ncu-cell.txt; } >>"$OUT/ncu.txt"
+    summary+=("ncu $name: rc=$s$(ncu_brief /tmp/kdajit-ncu-cell.txt)")
+  done <<<"$NCU_CELLS"
 fi
 
 printf '%s\n' "${summary[@]}"
