@@ -7,7 +7,8 @@
 # ${OUT:-/tmp/kdajit-out}: at most eight files (a device call brings back no
 # more): build.log, run.log (every step's stderr), tune.json, grid.json,
 # tables.txt (the grid's and the peers' tables), peers_single.json,
-# peers_packed.json, ncu.txt; a summary is printed last. The GPU suite is tests/gpu/run_on_device.sh.
+# peers_packed.json, ncu.txt; a summary is printed last. (The GPU test suite
+# is tests/gpu/run_on_device.sh.)
 #
 #   COMMIT=abc1234 bash bench/run_on_device.sh
 #
