@@ -11,9 +11,10 @@ The measurement helpers (Timer, copy_bandwidth, host_cost, summary, load_kdajit,
 write_json, ...), the measurement of one configuration (measure_pair: kdajit,
 the Triton tile search, the check, the speedup) and the driver (run_grid:
 setup, JSON, reference check, the grid, the table) are bench_triton_peer.py's,
-imported from it; the kernels are in triton_kda_packed.py; problems and the float64 reference of the reference check
-are tests/python/kda_testing.py's (imported by path). Only the grid's large
-problems are built here, on the device.
+imported from it; the kernels are in triton_kda_packed.py; problems and the
+float64 reference of the reference check are tests/python/kda_testing.py's
+(imported by path). Only the grid's large problems are built here, on the
+device.
 
 Exit codes: 0 all measured and every check passed; 1 a check failed or a
 configuration could not be measured; 2 usage or environment error (no torch,
