@@ -35,7 +35,7 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
     // (1-5% up to N x H = 256, 3-13% beyond), at T = 1 once the sequence-heads
     // exceed its grid, and at T = 3 and 4 once each CTA walks more than four of
     // them (1-6%); it loses below that and at T = 8.
-    if (stream_ok && (!bf16 || t == 2 || (t <= 2 && items > resident) || (t <= 4 && items > 4 * resident)))
+    if (stream_ok && (!bf16 || t == 2 || (t < 2 && items > resident) || (t <= 4 && items > 4 * resident)))
       return Route::stream;
     return Route::rowcta;
   }
