@@ -7,7 +7,12 @@
 # error reported) and the main job all passed.
 # A run that must fit a time limit can take part of it: STEPS (default "gpu
 # sanitize main") and SHARD_INDICES (default all of 0..SHARDS-1), e.g.
-# SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest.
+# SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest. CONCURRENT=1
+# runs the sanitizers and the main job beside the shards instead of after
+# them (each shard is one CPU-bound process: the f64 reference; a machine
+# with more cores than shards has room for them), e.g.
+# SHARDS=16 SHARD_INDICES="$(seq 0 7)" CONCURRENT=1 bash ..., then
+# SHARDS=16 SHARD_INDICES="$(seq 8 15)" STEPS=gpu bash ....
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-out}
@@ -26,6 +31,41 @@ fi
 summary+=("build: $(( $(date +%s) - t0 )) s, warnings: $(grep -c 'warning:' "$OUT/build.log")")
 export KDAJIT_CACHE_DIR=${KDAJIT_CACHE_DIR:-/tmp/kdajit-gpu-cache}
 
+# The sanitizers and the main job write their summary lines here, so that they
+# can run in the background (CONCURRENT=1).
+SUMMARY_DIR=$(mktemp -d)
+
+# 2. compute-sanitizer on the small cases (kernels cached by the shards, or
+# compiled here when it runs beside them).
+run_sanitize() {
+  local src
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/test_gpu_decode" "[sanitize]" >"$OUT/sanitizer_$tool.log" 2>&1
+    src=$?
+    [ $src = 0 ] || echo fail >"$SUMMARY_DIR/failed"
+    echo "compute-sanitizer $tool: rc=$src, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" >>"$SUMMARY_DIR/2-sanitize"
+  done
+}
+
+# 3. The README main job on this GPU (its own cache).
+run_main() {
+  local mrc vrc
+  export KDAJIT_CACHE_DIR=/tmp/kdajit-main-job
+  { "$B/tools/kdajit" keys --preset glm-5.3-flash && "$B/tools/kdajit" prewarm --preset glm-5.3-flash && "$B/tools/kdajit" selfcheck; } >"$OUT/main_job.log" 2>&1
+  mrc=$?
+  "$B/tools/kdajit" verify --load >"$OUT/verify_load.log" 2>&1
+  vrc=$?
+  { [ $mrc = 0 ] && [ $vrc = 0 ]; } || echo fail >"$SUMMARY_DIR/failed"
+  { echo "verify --load: rc=$vrc, $(tail -1 "$OUT/verify_load.log")"
+    echo "main job: rc=$mrc, $(grep -E '^selfcheck:|compiled .* already cached' "$OUT/main_job.log" | tail -2 | tr '\n' ' ')"; } >>"$SUMMARY_DIR/3-main"
+}
+
+bg=()
+if [ "${CONCURRENT:-0}" = 1 ]; then
+  if step sanitize; then run_sanitize & bg+=($!); fi
+  if step main; then run_main & bg+=($!); fi
+fi
+
 # 1. GPU tests, sharded.
 if step gpu; then
 t1=$(date +%s)
@@ -43,28 +83,16 @@ summary+=("gpu tests: rc=$grc, $cases test cases in shards $(echo $SHARD_INDICES
 summary+=("$(grep -E '^(test cases|All tests passed)' "$OUT/gpu.log" | sort | uniq -c | tr '\n' ';')")
 fi
 
-# 2. compute-sanitizer on the small cases (kernels already cached above).
-if step sanitize; then
-for tool in memcheck racecheck synccheck; do
-  compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/test_gpu_decode" "[sanitize]" >"$OUT/sanitizer_$tool.log" 2>&1
-  src=$?
-  [ $src = 0 ] || rc=1
-  summary+=("compute-sanitizer $tool: rc=$src, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
+if [ "${CONCURRENT:-0}" != 1 ]; then
+  if step sanitize; then run_sanitize; fi
+  if step main; then run_main; fi
+fi
+for pid in "${bg[@]}"; do wait "$pid"; done
+for f in "$SUMMARY_DIR"/2-sanitize "$SUMMARY_DIR"/3-main; do
+  [ -f "$f" ] && while IFS= read -r line; do summary+=("$line"); done <"$f"
 done
-fi
-
-# 3. The README main job on this GPU.
-if step main; then
-export KDAJIT_CACHE_DIR=/tmp/kdajit-main-job
-{ "$B/tools/kdajit" keys --preset glm-5.3-flash && "$B/tools/kdajit" prewarm --preset glm-5.3-flash && "$B/tools/kdajit" selfcheck; } >"$OUT/main_job.log" 2>&1
-mrc=$?
-[ $mrc = 0 ] || rc=1
-"$B/tools/kdajit" verify --load >"$OUT/verify_load.log" 2>&1
-vrc=$?
-[ $vrc = 0 ] || rc=1
-summary+=("verify --load: rc=$vrc, $(tail -1 "$OUT/verify_load.log")")
-summary+=("main job: rc=$mrc, $(grep -E '^selfcheck:|compiled .* already cached' "$OUT/main_job.log" | tail -2 | tr '\n' ' ')")
-fi
+[ -f "$SUMMARY_DIR/failed" ] && rc=1
+rm -rf "$SUMMARY_DIR"
 
 printf '%s\n' "${summary[@]}"
 exit $rc
