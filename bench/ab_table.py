@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Merge the kdajit_bench runs of an A/B (bench/ab_on_device.sh) into one JSON
+and print, per cell and route, each variant's kdajit / floor (the median over
+its rounds) and its ratio to the first variant's.
+
+    ab_table.py --out ab.json [--about TEXT] [--command TEXT] NAME-ROUND=FILE ...
+
+NAME is the variant, ROUND its round (the variants are in the order of their
+first appearance; the first is the reference). The table has one row per cell
+and timed route ("selector" is the built-in choice; forced routes by name),
+then one "geomean" line per variant over the rows every variant has.
+Exit status: 0, or 2 for bad arguments or input.
+"""
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+
+
+def load_runs(specs):
+    runs, order = {}, []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        variant, dash, rnd = name.rpartition("-")
+        if not sep or not dash or not variant or not rnd.isdigit():
+            raise ValueError(f"run {spec!r}: expected NAME-ROUND=FILE")
+        with open(path) as f:
+            runs[name] = json.load(f)
+        if variant not in order:
+            order.append(variant)
+    return runs, order
+
+
+def ratios(run):
+    """{(cell, route): kdajit / floor} of one kdajit_bench run."""
+    out = {}
+    for c in run.get("configs", []):
+        if c.get("status") != "ok" or not c.get("floor_us"):
+            continue
+        out[(c["name"], "selector")] = (c["ratio"], c.get("route", "?"))
+        for route, r in (c.get("routes") or {}).items():
+            if r.get("status") == "ok" and "ratio" in r:
+                out[(c["name"], route)] = (r["ratio"], route)
+    return out
+
+
+def table(runs, order):
+    per = {v: {} for v in order}  # variant -> (cell, route) -> [ratio per round]
+    picks = {}
+    for name, run in runs.items():
+        v = name.rpartition("-")[0]
+        for key, (ratio, route) in ratios(run).items():
+            per[v].setdefault(key, []).append(ratio)
+            if key[1] == "selector":
+                picks.setdefault((v, key[0]), route)
+    keys = [k for k in per[order[0]] if all(k in per[v] for v in order)]
+    lines = ["cell | route | " + " | ".join(f"{v} (x{order[0]})" if i else v for i, v in enumerate(order))]
+    logs = {v: [] for v in order[1:]}
+    for k in keys:
+        base = statistics.median(per[order[0]][k])
+        cells = []
+        for i, v in enumerate(order):
+            m = statistics.median(per[v][k])
+            route = f" {picks.get((v, k[0]), '?')}" if k[1] == "selector" else ""
+            cells.append(f"{m:.3f}{route}" if i == 0 else f"{m:.3f}{route} ({m / base:.3f})")
+            if i:
+                logs[v].append(math.log(m / base))
+        lines.append(f"{k[0]} | {k[1]} | " + " | ".join(cells))
+    lines.append(f"cells: {len(keys)} rows in every variant")
+    for v, ls in logs.items():
+        if ls:
+            lines.append(
+                f"geomean {v}/{order[0]}: {math.exp(sum(ls) / len(ls)):.4f} over {len(ls)} rows, "
+                f"min {math.exp(min(ls)):.3f}, max {math.exp(max(ls)):.3f}")
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="merged JSON to write")
+    ap.add_argument("--about", default="", help="what the variants are")
+    ap.add_argument("--command", default="", help="the kdajit_bench command")
+    ap.add_argument("runs", nargs="+", help="NAME-ROUND=FILE")
+    a = ap.parse_args(argv)
+    try:
+        runs, order = load_runs(a.runs)
+    except (OSError, ValueError) as e:
+        print(f"ab_table.py: {e}", file=sys.stderr)
+        return 2
+    first = next(iter(runs.values()))
+    merged = {"about": {"what": a.about, "date": datetime.date.today().isoformat(), "gpu": first.get("gpu"),
+                        "command": a.command, "variants": order}, "runs": runs}
+    with open(a.out, "w") as f:
+        json.dump(merged, f, indent=1, sort_keys=True)
+    print("\n".join(table(runs, order)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""bench/ab_table.py: the A/B table of bench/ab_on_device.sh, on synthetic
+kdajit_bench runs whose ratios are known (two variants, two rounds), and its
+argument errors; then on the committed A/B of the seventh session."""
+import contextlib
+import glob
+import importlib.util
+import io
+import json
+import os
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "bench")
+spec = importlib.util.spec_from_file_location("ab_table", os.path.join(BENCH, "ab_table.py"))
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+
+
+def run(scale, rnd):
+    """One kdajit_bench run: two cells, the selector (stream) and forced rowcta/stream;
+    every ratio of the base (scale 1) times `scale`, plus a round-dependent wobble."""
+    wobble = 0.01 if rnd == 1 else -0.01
+    cells = []
+    for name, base in (("packed h16 n8 t2 f32 sd", 1.2), ("packed h64 n128 t2 bf16 sd", 1.3)):
+        r = base * scale + wobble
+        cells.append({"name": name, "status": "ok", "floor_us": 10.0, "ratio": r, "route": "stream",
+                      "routes": {"stream": {"status": "ok", "ratio": r},
+                                 "rowcta": {"status": "ok", "ratio": base + 0.1 + wobble},
+                                 "sequential": {"status": "n/a", "error": "route sequential does not serve op packed"}}})
+    cells.append({"name": "packed h64 n1 t2 f32 sd", "status": "error", "error": "skipped"})
+    return {"gpu": {"name": "Test GPU", "sms": 132}, "configs": cells}
+
+
+class AbTable(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.specs = []
+        for v, scale in (("base", 1.0), ("new", 0.9)):
+            for rnd in (1, 2):
+                path = os.path.join(self.dir.name, f"{v}-{rnd}.json")
+                with open(path, "w") as f:
+                    json.dump(run(scale, rnd), f)
+                self.specs.append(f"{v}-{rnd}={path}")
+        self.out = os.path.join(self.dir.name, "ab.json")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def main(self, args):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = tool.main(args)
+        return code, out.getvalue(), err.getvalue()
+
+    def test_table_and_merged_json(self):
+        code, out, _ = self.main(["--out", self.out, "--about", "synthetic", *self.specs])
+        self.assertEqual(code, 0)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "cell | route | base | new (xbase)")
+        # The median of the two rounds cancels the wobble: stream 1.2 -> 1.08, rowcta unchanged.
+        self.assertIn("packed h16 n8 t2 f32 sd | stream | 1.200 | 1.080 (0.900)", lines)
+        self.assertIn("packed h16 n8 t2 f32 sd | selector | 1.200 stream | 1.080 stream (0.900)", lines)
+        self.assertIn("packed h64 n128 t2 bf16 sd | rowcta | 1.400 | 1.400 (1.000)", lines)
+        self.assertFalse(any("sequential" in l or "n1 t2" in l for l in lines))  # n/a routes and failed cells
+        self.assertIn("cells: 6 rows in every variant", lines)
+        geo = [l for l in lines if l.startswith("geomean new/base")]
+        self.assertEqual(len(geo), 1)
+        self.assertIn("over 6 rows, min 0.900, max 1.000", geo[0])
+        with open(self.out) as f:
+            merged = json.load(f)
+        self.assertEqual(merged["about"]["variants"], ["base", "new"])
+        self.assertEqual(merged["about"]["what"], "synthetic")
+        self.assertEqual(sorted(merged["runs"]), ["base-1", "base-2", "new-1", "new-2"])
+
+    def test_bad_arguments(self):
+        for bad in ("base1=x.json", "base-1", "=x.json", "base-x=x.json"):
+            code, out, err = self.main(["--out", self.out, bad])
+            self.assertEqual(code, 2, bad)
+            self.assertIn("expected NAME-ROUND=FILE", err)
+        code, _, err = self.main(["--out", self.out, "base-1=" + os.path.join(self.dir.name, "missing.json")])
+        self.assertEqual(code, 2)
+        self.assertIn("missing.json", err)
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_committed_ab(self):
+        files = sorted(glob.glob(os.path.join(BENCH, "results", "*-ab-packed-meta-ring-scales-rejected.json")))
+        self.assertTrue(files, "the committed A/B of the seventh session")
+        with open(files[-1]) as f:
+            merged = json.load(f)
+        self.assertEqual(merged["about"]["variants"], ["base", "D", "work"])
+        specs = []
+        # The variants in their recorded order (the merged JSON's runs are sorted by name).
+        for name in sorted(merged["runs"], key=lambda n: merged["about"]["variants"].index(n.rpartition("-")[0])):
+            path = os.path.join(self.dir.name, name + ".json")
+            with open(path, "w") as f:
+                json.dump(merged["runs"][name], f)
+            specs.append(f"{name}={path}")
+        code, out, _ = self.main(["--out", self.out, *specs])
+        self.assertEqual(code, 0)
+        self.assertIn("cells: 108 rows in every variant", out)
+        self.assertIn("geomean D/base: 1.0093 over 108 rows", out)
+        self.assertIn("geomean work/base: 1.0146 over 108 rows", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
