@@ -81,21 +81,21 @@ python3 bench/ab_table.py --out "$OUT/ab.json" --about "${ABOUT:-A/B: $VARIANTS}
   "${jsons[@]}" >"$OUT/ab_table.txt" 2>>/tmp/kdajit-ab/run.log || rc=1
 summary+=("$(grep -E '^(geomean|cells)' "$OUT/ab_table.txt" | tr '\n' ';')")
 
-# 4. ncu, every variant, the selected kernel of each cell.
+# 4. ncu, every variant, the selected kernel of each cell (bench/ncu_cell.sh).
 if [ -n "${NCU_CELLS:-}" ]; then
+  # shellcheck source=bench/ncu_cell.sh
+  source bench/ncu_cell.sh
   : >"$OUT/ncu.txt"
   while read -r name args; do
     [ -n "$name" ] || continue
     for v in $VARIANTS; do
-      # shellcheck disable=SC2086
-      KDAJIT_CACHE_DIR=/tmp/kdajit-ab/cache-$v ncu --clock-control none --kernel-name regex:^kda_ --launch-count 1 --csv --page details \
-        --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-        --section SourceCounters --section InstructionStats \
+      # shellcheck disable=SC2086  # args: the cell's kdajit_bench arguments, split on purpose
+      KDAJIT_CACHE_DIR=/tmp/kdajit-ab/cache-$v ncu_cell /tmp/kdajit-ab/ncu-cell.txt \
         "/tmp/kdajit-ab/build-$v/bench/kdajit_bench" $args --iters 3 --no-warm --host-calls 1 --floor-shapes cta256 \
-        >/tmp/kdajit-ab/ncu-cell.txt 2>>/tmp/kdajit-ab/run.log || rc=1
+        2>>/tmp/kdajit-ab/run.log || rc=1
       { echo "## $name $v: kdajit_bench $args"; cat /tmp/kdajit-ab/ncu-cell.txt; } >>"$OUT/ncu.txt"
-      summary+=("ncu $name $v: $(grep -E '"(Duration|DRAM Throughput|Warp Cycles Per Issued Instruction|Executed Instructions)"' /tmp/kdajit-ab/ncu-cell.txt |
-        awk -F'","' '{gsub(/"|,$/, "", $15); printf "%s %s; ", $13, $15}')")
+      summary+=("ncu $name $v$(ncu_brief /tmp/kdajit-ab/ncu-cell.txt Duration 'DRAM Throughput' \
+        'Warp Cycles Per Issued Instruction' 'Executed Instructions')")
     done
   done <<<"$NCU_CELLS"
 fi

@@ -81,13 +81,10 @@ if step peers; then
   summary+=("peer packed: rc=$s; reference checks of both: $(grep -cE '^  reference .* ok ' "$OUT/run.log") ok, $(grep -cE '^  reference .* FAIL' "$OUT/run.log") failed")
 fi
 
-# 5. ncu on the selected kernel of a few cells (the first kdajit launch of
-# each; ncu flushes the caches before it). One CSV block per cell in ncu.txt.
-# A few metrics of ncu's CSV details page (columns 13: name, 15: value).
-ncu_brief() {
-  grep -E '"(Duration|DRAM Throughput|Compute \(SM\) Throughput|Warp Cycles Per Issued Instruction|Registers Per Thread|Achieved Occupancy)"' "$1" |
-    awk -F'","' '{gsub(/"|,$/, "", $15); printf ", %s %s", $13, $15}'
-}
+# 5. ncu on the selected kernel of a few cells (bench/ncu_cell.sh). One CSV
+# block per cell in ncu.txt.
+# shellcheck source=bench/ncu_cell.sh
+source bench/ncu_cell.sh
 NCU_CELLS=${NCU_CELLS:-"packed_bf16_t2_h64_n128 --op packed --heads 64 --rows 128 --tokens 2 --state bf16 --conv sd
 single_bf16_h64_n32 --op single --heads 64 --rows 32 --state bf16 --conv sd
 packed_f32_t8_h64_n1 --op packed --heads 64 --rows 1 --tokens 8 --state f32 --conv sd"}
@@ -96,14 +93,12 @@ if step ncu; then
   while read -r name args; do
     [ -n "$name" ] || continue
     # shellcheck disable=SC2086  # args: the cell's kdajit_bench arguments, split on purpose
-    ncu --clock-control none --kernel-name regex:^kda_ --launch-count 1 --csv --page details \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-      --section SourceCounters --section InstructionStats \
-      "$B/bench/kdajit_bench" $args --routes selector --iters 3 --no-warm --host-calls 1 --floor-shapes cta256 \
-      >/tmp/kdajit-ncu-cell.txt 2>>"$OUT/run.log"
+    ncu_cell /tmp/kdajit-ncu-cell.txt "$B/bench/kdajit_bench" $args --routes selector --iters 3 --no-warm \
+      --host-calls 1 --floor-shapes cta256 2>>"$OUT/run.log"
     s=$?; [ $s = 0 ] || rc=1
     { echo "## $name: kdajit_bench $args"; cat /tmp/kdajit-ncu-cell.txt; } >>"$OUT/ncu.txt"
-    summary+=("ncu $name: rc=$s$(ncu_brief /tmp/kdajit-ncu-cell.txt)")
+    summary+=("ncu $name: rc=$s$(ncu_brief /tmp/kdajit-ncu-cell.txt Duration 'DRAM Throughput' \
+      'Compute \(SM\) Throughput' 'Warp Cycles Per Issued Instruction' 'Registers Per Thread' 'Achieved Occupancy')")
   done <<<"$NCU_CELLS"
 fi
 
