@@ -128,22 +128,6 @@ __device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h,
   }
 }
 
-// ---- where kda_decode_head()'s state slice comes from ----
-// A state source has two hooks that kda_decode_head() calls with uniform
-// control flow: issue() at the very start (before any other load) and fetch()
-// at the start of phase B, which must leave the thread's slice in `raw`.
-//
-// GlobalState: the slice straight from global memory into registers, issued
-// first so that phase A runs while it is in flight. (The packed op's route
-// stream hands over a shared-memory stage instead: kda_stream.cuh.)
-struct GlobalState {
-  __device__ __forceinline__ void issue(const KdaParams& p, int slot, int h, int v0, int warp, int lane,
-                                        U4 (&raw)[kRowsPerLane]) const {
-    state_load(p, slot, h, v0, warp, lane, raw);
-  }
-  __device__ __forceinline__ void fetch(int, int, U4 (&)[kRowsPerLane]) const {}
-};
-
 // The 16-byte unit of a thread's first row inside a [kVRows][kD] slice laid
 // out as in global memory (a shared-memory stage holds one such slice).
 __device__ __forceinline__ int slice_unit(int warp, int lane) {
@@ -154,7 +138,7 @@ __device__ __forceinline__ int slice_unit(int warp, int lane) {
 // A: conv + SiLU per channel and the gates per (t, k) into Smem; B: the delta
 // rule over the tokens on the state slice in registers; C: gated RMSNorm and
 // the output. kda_decode_head() runs them in order on one CTA (rowcta,
-// sequential, split); route stream pipelines them over items (kda_stream.cuh).
+// sequential, split); route stream pipelines them over items (kda_pipeline.cuh).
 
 // Conv + SiLU of one channel over tokens 0..L-1 (§2 step 1) with history
 // (h0, h1, h2) = its taps tap0..tap0+2 and weights w: x(t) gives token t's
@@ -328,17 +312,15 @@ __device__ __forceinline__ void head_norm_output(const KdaParams& p, const Smem<
 // holds the checkpoint slot of token t; S is stored there after token t when
 // that slot is valid. All slots the caller passes as conv/src are valid.
 // rank: this CTA's cluster rank (0 without a split); every rank of a cluster
-// calls this with the same arguments. state_in: where the state slice comes
-// from (GlobalState, or a shared-memory stage the caller filled).
+// calls this with the same arguments.
 //
 // Ordering (single op, repeated slots): every state element and conv tap is
 // read and written by the same thread with the same mapping on every call, and
 // each call ends its shared-memory use before the caller's __syncthreads, so a
 // CTA can walk rows that share a slot one after another.
-template <int TT, class StateIn = GlobalState>
+template <int TT>
 __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm, int h, long long row0, int L,
-                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank,
-                                                StateIn&& state_in = StateIn{}) {
+                                                int conv_slot, int tap0, int src_slot, int ckpt_lane, int rank) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -346,7 +328,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
 
   // Issue the whole state slice first; phase A runs while it is in flight.
   U4 raw[kRowsPerLane];
-  state_in.issue(p, src_slot, h, v0, warp, lane, raw);
+  state_load(p, src_slot, h, v0, warp, lane, raw);
 
   // ---- phase A0: issue every other load; stage per-token inputs in smem ----
   // Loads and stores only (plus a few scalar ops), so the loads of all
@@ -433,7 +415,6 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   __syncthreads();
 
   // ---- phase B ----
-  state_in.fetch(warp, lane, raw);
   head_delta_rule<TT>(p, sm, h, L, [&](int t) { return __shfl_sync(kFull, ckpt_lane, t); }, v0, raw);
   // The next kernel on the stream may start its prologue (PDL; a no-op otherwise).
   pdl_launch_dependents();

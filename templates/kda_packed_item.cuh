@@ -63,16 +63,6 @@ __device__ __forceinline__ PackedPlan packed_plan(const KdaParams& p, int i, lon
   return q;
 }
 
-// The state slot sequence i's recurrence starts from when it is live, else 0:
-// for routes that request a live item's state before they run it.
-__device__ __forceinline__ int packed_source_slot(const KdaParams& p, int i) {
-  if (i >= p.num_seqs) return 0;
-  const kda_i32* slots = p.state_indices + static_cast<long long>(i) * kTokens;
-  const PackedPlan q = packed_plan(p, i, p.query_start_loc[i], p.query_start_loc[i + 1], p.num_accepted[i],
-                                   [&](int t) { return slots[t]; });
-  return q.live ? q.src : 0;
-}
-
 // Everything item i of head h does besides the decode of a live sequence:
 // zeros for its tail-row candidates that no sequence owns (n = packed_items(),
 // qsl_first = qsl[0], qsl_last = qsl[N]),
@@ -105,11 +95,8 @@ __device__ __forceinline__ void packed_edges(const KdaParams& p, int h, int i, i
 }
 
 // Work item i of head h on one CTA, or on cluster rank `rank` of the CTAs that
-// share it (every rank calls this with the same i). state_in: where a live
-// sequence's state comes from (kda_decode_head()).
-template <class StateIn = GlobalState>
-__device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& sm, int h, int i, int rank = 0,
-                                            StateIn&& state_in = StateIn{}) {
+// share it (every rank calls this with the same i).
+__device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& sm, int h, int i, int rank = 0) {
   const int lane = threadIdx.x & 31;
   // One round trip for all metadata: nothing below depends on a second load
   // except the state itself.
@@ -128,7 +115,7 @@ __device__ __forceinline__ void packed_item(const KdaParams& p, Smem<kTokens>& s
   if (!q.live) return;
   // Conv history = taps a-1 .. a+1 of conv_state[cs]; recurrence from state[src];
   // token t checkpoints to state_indices[i, t].
-  kda_decode_head<kTokens>(p, sm, h, q.start, q.L, q.cs, q.a - 1, q.src, slot_lane, rank, state_in);
+  kda_decode_head<kTokens>(p, sm, h, q.start, q.L, q.cs, q.a - 1, q.src, slot_lane, rank);
 }
 
 }  // namespace kda

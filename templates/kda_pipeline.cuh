@@ -1,8 +1,8 @@
-// The technique of route stream for the single op: a persistent grid whose
-// CTAs walk work items in a software pipeline, so that no phase of an item
-// waits on a global load (docs/DESIGN.md, "Route stream"). Generic over the
-// op's Work; the packed op keeps the walk of kda_stream.cuh, which measured
-// 2-7% faster for it.
+// The technique of route stream, both ops: a persistent grid whose CTAs walk
+// work items in a software pipeline, so that no phase of an item waits on a
+// global load (docs/DESIGN.md, "Route stream"). Generic over the op's Work
+// (kda_single_stream.cu: a row's head; kda_packed_stream.cu: a sequence's head,
+// up to T tokens).
 //
 // Why: in rowcta each CTA loads its slice and its inputs, computes, then
 // stores, so with two CTAs per SM the DRAM idles through the compute phases and
@@ -14,7 +14,8 @@
 //    weights, dt_bias, A_log), by cp.async into StagedInputs, issued as soon
 //    as item j has read its own (one buffer), after the L2 was asked for them
 //    an item earlier;
-//  - the metadata of item j + 3 (its slot), by cp.async into a ring, so that
+//  - the metadata of item j + 3 (its slot; a sequence: its rows, accepted
+//    tokens and slots), by cp.async into a ring, so that
 //    every item's plan and addresses are in shared memory before anyone needs
 //    them.
 //
@@ -45,7 +46,7 @@ namespace kda {
 
 enum : int {
   kMetaRing = 4,  // metadata of items j .. j+3
-  kMetaInts = 3 + kTokens,
+  kMetaInts = 5 + kTokens,  // the larger of the ops' (kda_<op>_stream.cu)
   // Conv history of one item as staged: SD taps tap0..tap0+2 of each part
   // ([part][w][d]); DS every tap of each part's channels ([part][d][K]).
   kHistElems = KDA_CONV_DS ? 3 * kD * kTaps : 3 * 3 * kD,
@@ -191,8 +192,13 @@ __device__ __forceinline__ void staged_phase_a(const KdaParams& p, Smem<kTokens>
         });
   }
   const float A = expf(in.a_log);
-  // Gate items start at the threads the conv leaves idle.
-  for (int item = (tid + kThreads - (3 * kD) % kThreads) % kThreads; item < L * kD; item += kThreads) {
+  // Gate items start at the threads the conv leaves idle. The start is made
+  // opaque, so that its shared-memory addresses are formed here, per item: kept
+  // from the walk's prologue, they were two more registers across phase B,
+  // which the packed f32 keys at T = 2 and 4 spilled (20 bytes).
+  int first = (tid + kThreads - (3 * kD) % kThreads) % kThreads;
+  asm volatile("" : "+r"(first));
+  for (int item = first; item < L * kD; item += kThreads) {
     const int t = item / kD;
     const int k = item % kD;
     sm.decay[t][k] = gate_decay(bf16_to_f32(in.gate[t][k]) + in.bias[k], A, p.lower_bound);

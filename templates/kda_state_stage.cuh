@@ -1,7 +1,6 @@
 // A shared-memory state stage of route stream: one (slot, head) state slice,
-// filled by the bulk copy engine and counted on an mbarrier. Shared by the
-// single op's pipeline (kda_pipeline.cuh) and the packed op's walk
-// (kda_stream.cuh).
+// filled by the bulk copy engine and counted on an mbarrier; the pipeline of
+// kda_pipeline.cuh keeps KDA_STAGES of them.
 #ifndef KDAJIT_KDA_STATE_STAGE_CUH
 #define KDAJIT_KDA_STATE_STAGE_CUH
 
