@@ -31,12 +31,18 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
       if (!bf16 && t <= 4 && 2 * items <= sms) return Route::split2;
     }
     // f32 state: stream, 3-11% faster than rowcta from N x H = 16 on.
-    // bf16 state: rowcta runs 512 threads there. Stream (256) wins at T = 2
-    // (1-5% up to N x H = 256, 3-13% beyond), at T = 1 once the sequence-heads
-    // exceed its grid, and at T = 3 and 4 once each CTA walks more than four of
-    // them (1-6%); it loses below that and at T = 8.
-    if (stream_ok && (!bf16 || t == 2 || (t < 2 && items > resident) || (t <= 4 && items > 4 * resident)))
-      return Route::stream;
+    // bf16 state: rowcta runs 512 threads there. Stream (256; its pipeline
+    // since the eighth session) wins at T = 2 (1-5% up to N x H = 256, 3-13%
+    // beyond), at T = 1 once the sequence-heads exceed its grid, at T = 3 once
+    // they exceed it (3-7% from 512; rowcta 3% faster at 256), at T = 4 once
+    // they exceed twice it (5% at 1024, a tie at 512, rowcta 1.5-3.5% faster at
+    // 256), and at T = 8 everywhere (2-9% from 32 to 8192 sequence-heads).
+    // T = 5..7 were not measured; they take T = 4's band.
+    const bool bf16_stream = t <= 2   ? t == 2 || items > resident
+                             : t == 3 ? items > resident
+                             : t < 8  ? items > 2 * resident
+                                      : true;
+    if (stream_ok && (!bf16 || bf16_stream)) return Route::stream;
     return Route::rowcta;
   }
   const int64_t ctas = call.rows * call.family.heads;

@@ -82,23 +82,27 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream, split: T <= 8
   CHECK(builtin_route(with(packed(8, 1), StateDtype::f32, 9), h200) == Route::rowcta);
   // bf16: split4 while 8 x N x H <= SMs (4 x at T <= 2); then stream at T = 2,
-  // at T = 1 past its grid and at T = 3..4 past four times its grid; else rowcta.
+  // at T = 1 and 3 past its grid, at T = 4..7 past twice it, at T = 8 always; else rowcta.
   CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 4), h200) == Route::split4);  // 16
   CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::rowcta);  // 32
   CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 2), h200) == Route::split4);  // 32 at T = 2
   CHECK(builtin_route(with(packed(16, 3), StateDtype::bf16, 2), h200) == Route::stream);  // 48 at T = 2
   CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::split4);
-  CHECK(builtin_route(with(packed(8, 4), StateDtype::bf16, 8), h200) == Route::rowcta);
+  CHECK(builtin_route(with(packed(8, 4), StateDtype::bf16, 8), h200) == Route::stream);   // T = 8: 32
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);   // 512 sequence-heads
   CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 1), h200) == Route::rowcta);   // T = 1: 128 <= 264
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 1), h200) == Route::stream);   // 512 > 264
-  // bf16 at T = 3 and 4: stream once the sequence-heads exceed four times its grid (1056).
+  // bf16 at T = 3: stream once the sequence-heads exceed its grid (264); at
+  // T = 4 (and 5..7) once they exceed twice it (528); at T = 8 always.
+  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 3), h200) == Route::rowcta);   // 264
+  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 3), h200) == Route::stream);   // 272
+  CHECK(builtin_route(with(packed(16, 33), StateDtype::bf16, 4), h200) == Route::rowcta);  // 528
+  CHECK(builtin_route(with(packed(16, 34), StateDtype::bf16, 4), h200) == Route::stream);  // 544
+  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 6), h200) == Route::rowcta);  // 512 at T = 6
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 7), h200) == Route::stream);  // 8192 at T = 7
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::stream);  // 8192
-  CHECK(builtin_route(with(packed(64, 32), StateDtype::bf16, 3), h200) == Route::stream);   // 2048
-  CHECK(builtin_route(with(packed(16, 66), StateDtype::bf16, 4), h200) == Route::rowcta);   // 1056
-  CHECK(builtin_route(with(packed(16, 67), StateDtype::bf16, 4), h200) == Route::stream);   // 1072
-  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 4), h200) == Route::rowcta);   // 512
-  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 8), h200) == Route::rowcta);  // T = 8: rowcta
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 8), h200) == Route::stream);  // T = 8
+  CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 8), h200) == Route::split4);   // 16 at T = 8
 }
 
 TEST_CASE("select: the selected route is always eligible and serves the op", "[select]") {
