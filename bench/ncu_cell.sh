@@ -23,3 +23,24 @@ ncu_brief() {
   names=$(IFS='|'; echo "$*")
   grep -E "\"($names)\"" "$csv" | awk -F'","' '{gsub(/"|,$/, "", $15); printf ", %s %s", $13, $15}'
 }
+
+# ncu_source DIR NAME BENCH ARGS...: profiles the first kdajit launch of
+# `BENCH ARGS...` with the sampling sections (SourceCounters, WarpStateStats,
+# SchedulerStats, plus SpeedOfLight and InstructionStats) into DIR/NAME.ncu-rep
+# and exports from it DIR/NAME.source.csv (the source page: one row per SASS
+# instruction with its executed count and stall samples per reason; read it
+# with bench/ncu_stalls.py) and DIR/NAME.details.csv. Returns ncu's status.
+ncu_source() {
+  local dir=$1 name=$2 s
+  shift 2
+  ncu --clock-control none --kernel-name regex:^kda_ --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --section InstructionStats -f -o "$dir/$name" "$@" >"$dir/$name.log" 2>&1
+  s=$?
+  [ $s = 0 ] || return $s
+  ncu -i "$dir/$name.ncu-rep" --page source --csv --print-source sass >"$dir/$name.source.csv" 2>>"$dir/$name.log" ||
+    ncu -i "$dir/$name.ncu-rep" --page source --csv >"$dir/$name.source.csv" 2>>"$dir/$name.log"
+  s=$?
+  ncu -i "$dir/$name.ncu-rep" --page details --csv >"$dir/$name.details.csv" 2>>"$dir/$name.log"
+  return $s
+}
