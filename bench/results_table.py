@@ -16,6 +16,13 @@
                                           slope ratio = kdajit's per-MB cost / the floor's, and the
                                           extra fixed cost: what a large batch and a small one pay
 
+  results_table.py FILE --targets         issue 9's targets per (op, state): the range of kdajit / floor
+                                          and the cells that meet 1.15 (N <= 8), 1.08 (N = 32) and
+                                          1.05 (N >= 128), unrounded; the packed op counts T = 2 and 4
+  results_table.py FILE --against OLD     per family (op, state; packed also per T), FILE's device
+                                          time / OLD's over the cells both ran; with --targets, OLD's
+                                          range and count beside each target cell
+
 Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their flat table.
 """
 import argparse
@@ -157,6 +164,77 @@ def fit(j):
               f"| {b1:.4f} | {b0:.4f} | {b1 / b0:.3f} |")
 
 
+# Issue 9's targets: the bands of N (single: rows, packed: sequences) and their limits.
+TARGETS = (("N <= 8", lambda n: n <= 8, 1.15), ("N = 32", lambda n: n == 32, 1.08), ("N >= 128", lambda n: n >= 128, 1.05))
+
+
+def ok_cells(j):
+    return [c for c in j["configs"] if c["status"] == "ok"]
+
+
+def target_bands(j):
+    """{(op, state, band): [ratio, ...]} over the cells the targets count."""
+    out = {}
+    for c in ok_cells(j):
+        if c["op"] == "packed" and c["tokens"] not in (2, 4):
+            continue
+        for name, member, _ in TARGETS:
+            if member(c["count"]):
+                out.setdefault((c["op"], c["state"], name), []).append(c["ratio"])
+    return out
+
+
+def band_text(ratios, limit):
+    met = sum(r <= limit for r in ratios)
+    return f"{min(ratios):.2f}-{max(ratios):.2f} ({met} of {len(ratios)} met)"
+
+
+def targets(j, old=None):
+    bands, was = target_bands(j), target_bands(old) if old else {}
+    print(header(j))
+    print()
+    print("| op, state | " + " | ".join(f"{n} (target {lim:.2f})" for n, _, lim in TARGETS) + " |")
+    print("|---|" + "---|" * len(TARGETS))
+    for op, state in sorted({(k[0], k[1]) for k in bands}, key=lambda k: (k[0] != "single", k[1] != "f32")):
+        row = []
+        for name, _, lim in TARGETS:
+            r = bands.get((op, state, name))
+            text = band_text(r, lim) if r else "-"
+            w = was.get((op, state, name))
+            row.append(text + (f"; was {band_text(w, lim)}" if r and w else ""))
+        print(f"| {op} {state} | " + " | ".join(row) + " |")
+
+
+def median(v):
+    v = sorted(v)
+    return (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
+
+
+def against(j, old):
+    """FILE's device time / OLD's per family, over the cells (by name) both ran."""
+    def cell_key(c):
+        return tuple(c.get(k) for k in ("op", "heads", "count", "tokens", "state", "conv", "gate", "state_indices_mode"))
+
+    before = {cell_key(c): c for c in ok_cells(old)}
+    fams = {}
+    for c in ok_cells(j):
+        o = before.get(cell_key(c))
+        if o is None:
+            continue
+        r = c["device_us"]["median"] / o["device_us"]["median"]
+        fams.setdefault((c["op"], c["state"], ""), []).append(r)
+        if c["op"] == "packed":
+            fams.setdefault((c["op"], c["state"], f"T = {c['tokens']}"), []).append(r)
+    print(header(j))
+    print()
+    print(f"device time, commit {j['commit'] or '?'} / commit {old['commit'] or '?'}, per family (cells both ran):")
+    print()
+    print("| op | state | T | cells | median | min | max |")
+    print("|---|---|---|---|---|---|---|")
+    for (op, state, t), v in sorted(fams.items(), key=lambda kv: (kv[0][0] != "single", kv[0][1] != "f32", kv[0][2])):
+        print(f"| {op} | {state} | {t or 'all'} | {len(v)} | {median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
@@ -164,9 +242,23 @@ def main(argv=None):
     ap.add_argument("--route", help="the grid of this forced route (a --routes run)")
     ap.add_argument("--flat", action="store_true")
     ap.add_argument("--fit", action="store_true", help="fixed + per-MB cost per family (see above)")
+    ap.add_argument("--targets", action="store_true", help="issue 9's target bands (see above)")
+    ap.add_argument("--against", metavar="OLD", help="a kdajit_bench JSON to compare with (see above)")
     a = ap.parse_args(argv)
-    j = json.load(open(a.file))
-    if j.get("schema") != "kdajit-bench-decode/2":
+    with open(a.file) as f:
+        j = json.load(f)
+    old = None
+    if a.against:
+        with open(a.against) as f:
+            old = json.load(f)
+    for name, f in ((a.file, j), (a.against, old)):
+        if f is not None and f.get("schema") != "kdajit-bench-decode/2" and (a.targets or a.against):
+            ap.error(f"--targets and --against read kdajit-bench-decode/2 files; {name} is {f.get('schema')!r}")
+    if a.targets:
+        targets(j, old)
+    elif old is not None:
+        against(j, old)
+    elif j.get("schema") != "kdajit-bench-decode/2":
         old_schema(j)
     elif a.flat:
         flat(j)

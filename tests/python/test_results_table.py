@@ -1,6 +1,7 @@
 """bench/results_table.py: the markdown tables of docs/PERFORMANCE.md from a
-kdajit_bench JSON, and --fit (device time = fixed + per-MB cost per family),
-on a synthetic grid whose times are known lines, and on a committed run."""
+kdajit_bench JSON, --fit (device time = fixed + per-MB cost per family),
+--targets and --against, on synthetic grids whose times are known, and on a
+committed run."""
 import contextlib
 import glob
 import importlib.util
@@ -82,13 +83,46 @@ class ResultsTable(unittest.TestCase):
             json.dump(j, f)
         self.assertNotIn("| single", self.run_tool("--fit"))
 
+    def test_targets_count_the_bands(self):
+        j = synthetic()
+        j["configs"][-1]["ratio"] = 1.05  # N = 128 exactly at its limit: met
+        with open(self.path, "w") as f:
+            json.dump(j, f)
+        row = next(l for l in self.run_tool("--targets").splitlines() if l.startswith("| single f32"))
+        # N <= 8: N = 1 (9.3 / 5.25) and N = 2 (9.6 / 5.5); no N = 32 cell; N >= 128: the one at 1.05.
+        self.assertEqual(row, "| single f32 | 1.75-1.77 (0 of 2 met) | - | 1.05-1.05 (1 of 1 met) |")
+
+    def test_against_an_older_run(self):
+        new = synthetic()
+        for c, f in zip(new["configs"], (0.9, 1.0, 1.0, 1.0, 1.1)):
+            c["device_us"]["median"] *= f
+        new["configs"].append(cell("single", 8, 512, 1, "f32", 512, 1.0, 1.0, "rowcta", {}))  # only in new
+        newpath = os.path.join(self.dir.name, "new.json")
+        with open(newpath, "w") as f:
+            json.dump(new, f)
+        out = self.run_tool("--against", self.path, path=newpath)
+        self.assertIn("| single | f32 | all | 5 | 1.000 | 0.900 | 1.100 |", out)
+        row = next(l for l in self.run_tool("--targets", "--against", self.path, path=newpath).splitlines()
+                   if l.startswith("| single f32"))
+        self.assertIn("; was 1.31-1.31 (0 of 1 met)", row)
+
+    def test_targets_and_against_need_the_current_schema(self):
+        old = {"schema": "kdajit-bench-decode/1", "configs": []}
+        oldpath = os.path.join(self.dir.name, "old.json")
+        with open(oldpath, "w") as f:
+            json.dump(old, f)
+        for args in (["--targets"], ["--against", oldpath]):
+            with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                tool.main([oldpath if args == ["--targets"] else self.path, *args])
+
     def test_committed_runs_print_in_every_mode(self):
         runs = sorted(glob.glob(os.path.join(BENCH, "results", "*-decode-grid-*.json")))
         self.assertTrue(runs, "no committed kdajit_bench grid under bench/results")
-        for args in ([], ["--fit"], ["--flat"], ["--value", "tuned"], ["--value", "diff"], ["--route", "stream"]):
+        for args in ([], ["--fit"], ["--flat"], ["--value", "tuned"], ["--value", "diff"], ["--route", "stream"],
+                     ["--targets"], ["--against", runs[0]]):
             out = self.run_tool(*args, path=runs[-1])
             self.assertIn("NVIDIA H200", out.splitlines()[0], args)
-            self.assertGreater(len(out.splitlines()), 10, args)
+            self.assertGreater(len(out.splitlines()), 5 if "--targets" in args else 10, args)
 
 
 if __name__ == "__main__":
