@@ -20,7 +20,8 @@ import sys
 
 
 def load_runs(specs):
-    runs, order = {}, []
+    """({NAME-ROUND: run}, {NAME-ROUND: NAME}, [NAME in order of first appearance])."""
+    runs, variant_of, order = {}, {}, []
     for spec in specs:
         name, sep, path = spec.partition("=")
         variant, dash, rnd = name.rpartition("-")
@@ -28,9 +29,10 @@ def load_runs(specs):
             raise ValueError(f"run {spec!r}: expected NAME-ROUND=FILE")
         with open(path) as f:
             runs[name] = json.load(f)
+        variant_of[name] = variant
         if variant not in order:
             order.append(variant)
-    return runs, order
+    return runs, variant_of, order
 
 
 def ratios(run):
@@ -46,11 +48,11 @@ def ratios(run):
     return out
 
 
-def table(runs, order):
+def table(runs, variant_of, order):
     per = {v: {} for v in order}  # variant -> (cell, route) -> [ratio per round]
     picks = {}
     for name, run in runs.items():
-        v = name.rpartition("-")[0]
+        v = variant_of[name]
         for key, (ratio, route) in ratios(run).items():
             per[v].setdefault(key, []).append(ratio)
             if key[1] == "selector":
@@ -85,7 +87,7 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", help="NAME-ROUND=FILE")
     a = ap.parse_args(argv)
     try:
-        runs, order = load_runs(a.runs)
+        runs, variant_of, order = load_runs(a.runs)
     except (OSError, ValueError) as e:
         print(f"ab_table.py: {e}", file=sys.stderr)
         return 2
@@ -94,7 +96,7 @@ def main(argv=None):
                         "command": a.command, "variants": order}, "runs": runs}
     with open(a.out, "w") as f:
         json.dump(merged, f, indent=1, sort_keys=True)
-    print("\n".join(table(runs, order)))
+    print("\n".join(table(runs, variant_of, order)))
     return 0
 
 

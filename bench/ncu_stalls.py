@@ -5,8 +5,9 @@ bench/ncu_cell.sh's ncu_source exports (`ncu -i REP --page source --csv
 stall samples per reason) and prints
 
   - the totals: samples, instructions, the share of each stall reason;
-  - one line per stretch, a stretch being the instructions between two CTA
-    barriers (BAR.SYNC) or mbarrier waits (SYNCS...TRYWAIT): its SASS lines,
+  - one line per stretch, a stretch being the instructions up to and including
+    a CTA barrier (BAR.SYNC), an mbarrier wait (SYNCS...TRYWAIT) or a
+    WARPSYNC.ALL, or the kernel's last instruction: its SASS lines,
     its executed warp instructions (per work item with --per-item), its share
     of all samples and its top reasons;
   - the instructions that hold at least --top percent of the samples.
@@ -36,7 +37,7 @@ def number(text):
 
 
 def read(path):
-    """Returns (kernel name, rows): each row {addr, sass, samples, executed, reasons {name: samples}}."""
+    """Returns (kernel name, rows): each row {sass, samples, executed, reasons {name: samples}}."""
     with open(path, newline="") as f:
         lines = list(csv.reader(f))
     kernel = ""
@@ -61,7 +62,6 @@ def read(path):
         if len(row) < len(cols) or not row[at["Address"]].startswith("0x"):
             continue
         rows.append({
-            "addr": row[at["Address"]],
             "sass": row[at["Source"]].strip(),
             "samples": number(row[at["Warp Stall Sampling (All Samples)"]]),
             "executed": number(row[at["Instructions Executed"]]),
@@ -96,10 +96,9 @@ def report(path, per_item, top, out):
     print(f"{'stretch (SASS lines)':<22} {'instr':>9} {'samples':>8}  top reasons (% of all samples); ends at",
           file=out)
     start = 0
-    for i, r in enumerate(rows + [None]):
-        if r is not None and not BOUNDARY.search(r["sass"]) and i + 1 < len(rows):
+    for end, r in enumerate(rows):
+        if not BOUNDARY.search(r["sass"]) and end + 1 < len(rows):
             continue
-        end = min(i, len(rows) - 1)
         seg = rows[start:end + 1]
         s = sum(x["samples"] for x in seg)
         e = sum(x["executed"] for x in seg)
@@ -110,8 +109,6 @@ def report(path, per_item, top, out):
             print(f"{start:>6}-{end:<15} {e / per_item:>9.1f} {100.0 * s / total:>7.1f}%  "
                   f"{top_reasons(rs, total)}; {rows[end]['sass'][:40]}", file=out)
         start = end + 1
-        if r is None:
-            break
     print(f"instructions with >= {top}% of the samples (SASS line, share, reasons):", file=out)
     for i, r in enumerate(rows):
         if 100.0 * r["samples"] / total >= top:

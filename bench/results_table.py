@@ -15,7 +15,6 @@
                                           cell's route, forced in every cell fitted) and the floor;
                                           slope ratio = kdajit's per-MB cost / the floor's, and the
                                           extra fixed cost: what a large batch and a small one pay
-
   results_table.py FILE --targets         issue 9's targets per (op, state): the range of kdajit / floor
                                           and the cells that meet 1.15 (N <= 8), 1.08 (N = 32) and
                                           1.05 (N >= 128), unrounded; the packed op counts T = 2 and 4
@@ -27,6 +26,7 @@ Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their f
 """
 import argparse
 import json
+import statistics
 import sys
 
 
@@ -122,6 +122,10 @@ def flat(j):
               f"| {c['floor_shape']} | {c['host_us_per_call']['median']:.2f} | {bare_us} |")
 
 
+def ok_cells(j):
+    return [c for c in j["configs"] if c["status"] == "ok"]
+
+
 def least_squares(xs, ys):
     """(intercept, slope) of the least-squares line through (xs, ys); two or more distinct xs."""
     n = len(xs)
@@ -146,9 +150,8 @@ def fit(j):
           "| kdajit us/MB | floor us/MB | slope ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     fams = {}
-    for c in j["configs"]:
-        if c["status"] == "ok":
-            fams.setdefault((c["op"], c["state"], c["conv"], c["tokens"], c["heads"]), []).append(c)
+    for c in ok_cells(j):
+        fams.setdefault((c["op"], c["state"], c["conv"], c["tokens"], c["heads"]), []).append(c)
     for (op, state, conv, t, h), cells in fams.items():
         cells.sort(key=lambda c: c["bytes_per_call"])
         route = cells[-1]["route"]
@@ -166,10 +169,6 @@ def fit(j):
 
 # Issue 9's targets: the bands of N (single: rows, packed: sequences) and their limits.
 TARGETS = (("N <= 8", lambda n: n <= 8, 1.15), ("N = 32", lambda n: n == 32, 1.08), ("N >= 128", lambda n: n >= 128, 1.05))
-
-
-def ok_cells(j):
-    return [c for c in j["configs"] if c["status"] == "ok"]
 
 
 def target_bands(j):
@@ -205,13 +204,8 @@ def targets(j, old=None):
         print(f"| {op} {state} | " + " | ".join(row) + " |")
 
 
-def median(v):
-    v = sorted(v)
-    return (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
-
-
 def against(j, old):
-    """FILE's device time / OLD's per family, over the cells (by name) both ran."""
+    """FILE's device time / OLD's per family, over the cells both ran (same op, H, N, T, dtype, layout, gate, mode)."""
     def cell_key(c):
         return tuple(c.get(k) for k in ("op", "heads", "count", "tokens", "state", "conv", "gate", "state_indices_mode"))
 
@@ -232,7 +226,7 @@ def against(j, old):
     print("| op | state | T | cells | median | min | max |")
     print("|---|---|---|---|---|---|---|")
     for (op, state, t), v in sorted(fams.items(), key=lambda kv: (kv[0][0] != "single", kv[0][1] != "f32", kv[0][2])):
-        print(f"| {op} | {state} | {t or 'all'} | {len(v)} | {median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
+        print(f"| {op} | {state} | {t or 'all'} | {len(v)} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
 
 
 def main(argv=None):
