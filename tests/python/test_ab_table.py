@@ -1,6 +1,7 @@
 """bench/ab_table.py: the A/B table of bench/ab_on_device.sh, on synthetic
 kdajit_bench runs whose ratios are known (two variants, two rounds), and its
-argument errors; then on the committed A/B of the seventh session."""
+argument errors; the table again from the merged JSON (--from); then on the
+committed A/B of the seventh session."""
 import contextlib
 import glob
 import importlib.util
@@ -73,6 +74,26 @@ class AbTable(unittest.TestCase):
         self.assertEqual(merged["about"]["what"], "synthetic")
         self.assertEqual(sorted(merged["runs"]), ["base-1", "base-2", "new-1", "new-2"])
 
+    def test_families_and_from_merged(self):
+        code, out, _ = self.main(["--out", self.out, *self.specs])
+        self.assertEqual(code, 0)
+        # One family per op, state, T, rows and route; each cell is its own family here.
+        self.assertIn("family packed f32 t2 n8 | stream | 1 cells | new 0.900", out.splitlines())
+        self.assertIn("family packed bf16 t2 n128 | rowcta | 1 cells | new 1.000", out.splitlines())
+        self.assertEqual(tool.family("single h8 r32 bf16 ds", "selector"), "single bf16 t1 r32 | selector")
+        code, again, err = self.main(["--from", self.out])
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(again, out)
+        for bad in (["--from", self.out, "--out", self.out], ["--from", self.out, *self.specs[:1]], []):
+            code, _, err = self.main(bad)
+            self.assertEqual(code, 2, bad)
+        junk = os.path.join(self.dir.name, "junk.json")
+        with open(junk, "w") as f:
+            json.dump({"runs": {}}, f)
+        code, _, err = self.main(["--from", junk])
+        self.assertEqual(code, 2)
+        self.assertIn("not a merged A/B", err)
+
     def test_bad_arguments(self):
         for bad in ("base1=x.json", "base-1", "=x.json", "base-x=x.json"):
             code, out, err = self.main(["--out", self.out, bad])
@@ -101,6 +122,8 @@ class AbTable(unittest.TestCase):
         self.assertIn("cells: 108 rows in every variant", out)
         self.assertIn("geomean D/base: 1.0093 over 108 rows", out)
         self.assertIn("geomean work/base: 1.0146 over 108 rows", out)
+        code, again, _ = self.main(["--from", files[-1]])
+        self.assertEqual((code, again), (0, out))
 
 
 if __name__ == "__main__":
