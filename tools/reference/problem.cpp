@@ -81,12 +81,11 @@ size_t buffer_bytes(const kdajit_tensor_t& t) {
 
 // Fills the whole buffer with a NaN pattern (what padding keeps), then the elements.
 void fill_padding(std::vector<std::byte>& b, kdajit_dtype_t dtype) {
-  const uint32_t f32_nan = 0x7fc00001u;
-  const uint16_t bf16_nan = 0x7fc1u;
-  for (size_t i = 0; i + dtype_size(dtype) <= b.size(); i += dtype_size(dtype)) {
-    if (dtype == KDAJIT_DTYPE_BF16) std::memcpy(&b[i], &bf16_nan, 2);
-    else if (dtype == KDAJIT_DTYPE_F32) std::memcpy(&b[i], &f32_nan, 4);
-  }
+  auto fill_with = [&b](auto pattern) {
+    for (size_t i = 0; i + sizeof(pattern) <= b.size(); i += sizeof(pattern)) std::memcpy(&b[i], &pattern, sizeof(pattern));
+  };
+  if (dtype == KDAJIT_DTYPE_BF16) fill_with(uint16_t{0x7fc1u});
+  else if (dtype == KDAJIT_DTYPE_F32) fill_with(uint32_t{0x7fc00001u});
 }
 
 // Null and out-of-range slot values: a mix of 0, -1, INT32_MIN and S, S+k, INT32_MAX.

@@ -216,6 +216,38 @@ std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// Row v of head h of state slot s, D elements through the strides, as load()
+// and store() convert them (a row at a time: the reference moves ~1e8 state
+// elements per GPU test run).
+void load_state_row(const kdajit_tensor_t& t, int64_t s, int64_t h, int64_t v, double* out) {
+  const std::byte* p = static_cast<const std::byte*>(t.data) + element_offset_bytes(t, {s, h, v, 0});
+  const int64_t step = t.strides[3] * static_cast<int64_t>(dtype_size(t.dtype));
+  for (int64_t k = 0; k < D; ++k, p += step) {
+    if (t.dtype == KDAJIT_DTYPE_BF16) {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      out[k] = bf16_bits_to_f64(b);
+    } else {
+      float f;
+      std::memcpy(&f, p, 4);
+      out[k] = f;
+    }
+  }
+}
+void store_state_row(const kdajit_tensor_t& t, int64_t s, int64_t h, int64_t v, const double* in) {
+  std::byte* p = static_cast<std::byte*>(t.data) + element_offset_bytes(t, {s, h, v, 0});
+  const int64_t step = t.strides[3] * static_cast<int64_t>(dtype_size(t.dtype));
+  for (int64_t k = 0; k < D; ++k, p += step) {
+    if (t.dtype == KDAJIT_DTYPE_BF16) {
+      const uint16_t b = f64_to_bf16_bits(in[k]);
+      std::memcpy(p, &b, 2);
+    } else {
+      const float f = static_cast<float>(in[k]);
+      std::memcpy(p, &f, 4);
+    }
+  }
+}
+
 // Steps 1-7 of the spec for every token of one live sequence, head by head.
 void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q, Capture* capture) {
   const int64_t L = q.len, win_len = L + 3;
@@ -237,8 +269,7 @@ void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q
         for (int64_t w = 0; w < W; ++w) weight[static_cast<size_t>(lc * W + w)] = load(a.conv_weight, {j, w, h * D + d});
       }
     for (size_t i = 0; i < win.size(); ++i) win[i] = bf16_bits_to_f64(win_bits[i]);
-    for (int64_t v = 0; v < D; ++v)
-      for (int64_t k = 0; k < D; ++k) S[static_cast<size_t>(v * D + k)] = load(a.state, {q.src_slot, h, v, k});
+    for (int64_t v = 0; v < D; ++v) load_state_row(a.state, q.src_slot, h, v, S.data() + v * D);
     const double A = std::exp(load(a.A_log, {h}));
 
     for (int64_t t = 0; t < L; ++t) {
@@ -298,8 +329,7 @@ void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q
       }
       const int64_t ck = q.ckpt[static_cast<size_t>(t)];
       if (ck >= 0)  // rounding point 2 (store() rounds to the state dtype)
-        for (int64_t v = 0; v < D; ++v)
-          for (int64_t k = 0; k < D; ++k) store(a.state, {ck, h, v, k}, S[static_cast<size_t>(v * D + k)]);
+        for (int64_t v = 0; v < D; ++v) store_state_row(a.state, ck, h, v, S.data() + v * D);
       // 7. gated RMSNorm, rounding points 3 and 4.
       double ss = 0.0;
       for (int64_t v = 0; v < D; ++v) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +60,44 @@ TEST_CASE("bf16: round_bf16 equals the f32 path for every f32-representable valu
     const double got = round_bf16(static_cast<double>(f));
     if (got != want) FAIL("f32 bits " << u << ": round_bf16 " << got << " vs f32 path " << want);
   }
+}
+
+// round_bf16's bit path (bf16's normal range) against the frexp / nearbyint
+// form it replaced, on f64 values of every exponent that f32 cannot hold:
+// random fraction bits, exact ties, one ulp either side of a tie, the range's
+// edges and the values that round up past the largest bf16.
+double round_bf16_by_frexp(double x) {
+  if (std::isnan(x) || std::isinf(x) || x == 0.0) return x;
+  int e = 0;
+  std::frexp(x, &e);
+  const int ulp_exp = e - 8 > -133 ? e - 8 : -133;
+  const double r = std::ldexp(std::nearbyint(std::ldexp(x, -ulp_exp)), ulp_exp);
+  return std::fabs(r) > kBf16Max ? std::copysign(INFINITY, x) : r;
+}
+
+TEST_CASE("bf16: round_bf16 equals the frexp form on f64 values of every exponent", "[bf16]") {
+  std::mt19937_64 gen(11);
+  auto same = [](double x) {
+    const double want = round_bf16_by_frexp(x), got = round_bf16(x);
+    if (std::bit_cast<uint64_t>(got) != std::bit_cast<uint64_t>(want))
+      FAIL("x = " << std::hexfloat << x << ": round_bf16 " << got << " vs frexp form " << want);
+  };
+  for (int i = 0; i < 400000; ++i) {
+    uint64_t u = gen();
+    const uint64_t exp = 1023 - 140 + gen() % 275;  // 2^-140 .. 2^134: subnormal bf16 to past the max
+    u = (u & 0x800fffffffffffffull) | (exp << 52);
+    switch (i % 4) {
+      case 1: u = (u & ~((uint64_t{1} << 45) - 1)) | (uint64_t{1} << 44); break;  // an exact tie
+      case 2: u = ((u & ~((uint64_t{1} << 45) - 1)) | (uint64_t{1} << 44)) + 1; break;  // just above it
+      case 3: u = ((u & ~((uint64_t{1} << 45) - 1)) | (uint64_t{1} << 44)) - 1; break;  // just below it
+      default: break;
+    }
+    same(std::bit_cast<double>(u));
+  }
+  for (double x : {0x1.0p-126, std::nextafter(0x1.0p-126, 0.0), std::nextafter(0x1.0p-126, 1.0), 0x1.fep-127,
+                   0x1.ffp-127, kBf16Max, std::nextafter(kBf16Max, INFINITY), 0x1.ff7fffffffffp127, 0x1.ff8p127,
+                   0x1.ffffffffffffp127, 0x1.0p128, 1.0, 0x1.008p0, 0x1.018p0, DBL_MAX, DBL_MIN, 0x1.0p-1074})
+    for (double sgn : {1.0, -1.0}) same(sgn * x);
 }
 
 // ---- hand-written scalar code for H = 1, straight from the spec formulas ----
