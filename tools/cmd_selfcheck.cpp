@@ -100,7 +100,7 @@ void add_selfcheck_command(CLI::App& app) {
       if (!made) {
         error = made.error().message;
       } else {
-        ref::Problem expected = *made, got = *made;
+        ref::Problem expected = *made, got = std::move(*made);
         Status ref_st = expected.run_reference();
         Status dev_st = ref_st ? run_on_device(runtime_for(key.route), got) : ref_st;
         if (!dev_st) error = dev_st.error().message;

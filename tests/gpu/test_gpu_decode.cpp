@@ -101,7 +101,7 @@ void run_and_compare(Problem& expected, Problem& got, Runtime& rt = runtime()) {
 
 void check_problem(const ProblemSpec& spec, Runtime& rt = runtime()) {
   Problem p = make(spec);
-  Problem expected = p, got = p;
+  Problem expected = p, got = std::move(p);  // p is not used again
   run_and_compare(expected, got, rt);
 }
 
@@ -109,10 +109,10 @@ void check_problem(const ProblemSpec& spec, Runtime& rt = runtime()) {
 // device (a' accepted in [1, L1]), checked against the reference from the same state.
 void check_chained(const ProblemSpec& spec, Runtime& rt) {
   Problem p = make(spec);
-  Problem expected = p, got = p;
+  Problem expected = p, got = std::move(p);  // p is not used again
   run_and_compare(expected, got, rt);
   // The second window starts from the device's state after window 1.
-  Problem second = got;
+  Problem second = std::move(got);  // got is not used again
   auto& acc = second.bytes(Tensor::num_accepted_tokens);
   const auto* qsl = reinterpret_cast<const int32_t*>(second.bytes(Tensor::query_start_loc).data());
   auto* a = reinterpret_cast<int32_t*>(acc.data());
@@ -121,7 +121,7 @@ void check_chained(const ProblemSpec& spec, Runtime& rt) {
     a[n] = len >= 1 ? 1 + static_cast<int32_t>((n * 7 + 3) % len) : 1;
   }
   second.poison_outputs();  // also snapshots the before-state
-  Problem expected2 = second, got2 = second;
+  Problem expected2 = second, got2 = std::move(second);
   run_and_compare(expected2, got2, rt);
 }
 
