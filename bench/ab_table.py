@@ -119,33 +119,25 @@ def main(argv=None):
     ap.add_argument("--command", default="", help="the kdajit_bench command")
     ap.add_argument("runs", nargs="*", help="NAME-ROUND=FILE")
     a = ap.parse_args(argv)
-    if a.merged:
-        if a.out or a.runs:
-            print("ab_table.py: --from takes no --out and no runs", file=sys.stderr)
-            return 2
-        try:
-            runs, variant_of, order = load_merged(a.merged)
-        except (OSError, ValueError) as e:
-            print(f"ab_table.py: {e}", file=sys.stderr)
-            return 2
-        print("\n".join(table(runs, variant_of, order)))
-        return 0
-    if not a.out or not a.runs:
+    if a.merged and (a.out or a.runs):
+        print("ab_table.py: --from takes no --out and no runs", file=sys.stderr)
+        return 2
+    if not a.merged and (not a.out or not a.runs):
         print("ab_table.py: expected --out FILE and NAME-ROUND=FILE runs, or --from FILE", file=sys.stderr)
         return 2
     try:
-        runs, variant_of, order = load_runs(a.runs)
+        runs, variant_of, order = load_merged(a.merged) if a.merged else load_runs(a.runs)
     except (OSError, ValueError) as e:
         print(f"ab_table.py: {e}", file=sys.stderr)
         return 2
-    first = next(iter(runs.values()))
-    merged = {"about": {"what": a.about, "date": datetime.date.today().isoformat(), "gpu": first.get("gpu"),
-                        "command": a.command, "variants": order}, "runs": runs}
-    with open(a.out, "w") as f:
-        json.dump(merged, f, indent=1, sort_keys=True)
+    if a.out:
+        first = next(iter(runs.values()))
+        merged = {"about": {"what": a.about, "date": datetime.date.today().isoformat(), "gpu": first.get("gpu"),
+                            "command": a.command, "variants": order}, "runs": runs}
+        with open(a.out, "w") as f:
+            json.dump(merged, f, indent=1, sort_keys=True)
     print("\n".join(table(runs, variant_of, order)))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
