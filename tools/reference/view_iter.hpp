@@ -11,12 +11,6 @@ namespace kdajit::ref::detail {
 
 using Index = std::array<int64_t, KDAJIT_MAX_DIMS>;
 
-inline int64_t offset_bytes(const kdajit_tensor_t& t, const Index& idx) {
-  int64_t off = 0;
-  for (int i = 0; i < t.ndim; ++i) off += idx[static_cast<size_t>(i)] * t.strides[i];
-  return off * static_cast<int64_t>(dtype_size(t.dtype));
-}
-
 // Calls f(idx, byte offset) for every element, in row-major order of idx. The
 // offset is carried from element to element (the innermost dimension in a
 // loop of its own): the test problems walk ~1e8 state elements this way.
