@@ -119,14 +119,13 @@ void compare_state(Failures& fail, CompareReport& rep, const Problem& exp, const
   // A row of k is one written interval when k is contiguous (the intervals
   // merge the same either way); the element type is fixed per walk.
   const bool contiguous_k = v.strides[3] == 1;
-  // Sums and the maximum in locals of the walk: the byte loads may alias
-  // anything, so members of rep would be stored and reloaded per element.
+  // The maximum and the bad count in locals, written to rep after the walk:
+  // the byte loads may alias anything, so members of rep would be stored and
+  // reloaded per element.
   double max_abs = rep.state_max_abs;
   int64_t bad = rep.state_bad_elements;
   auto walk = [&](auto element) {
     using E = decltype(element);
-    double e2 = 0, r2 = 0, c2 = 0, m = max_abs;
-    int64_t nbad = bad;
     auto at = [](const std::vector<std::byte>& b, int64_t off) {
       E x;
       std::memcpy(&x, &b[static_cast<size_t>(off)], sizeof(E));
@@ -143,28 +142,23 @@ void compare_state(Failures& fail, CompareReport& rep, const Problem& exp, const
             const int64_t off = row + k * v.strides[3] * es;
             if (!contiguous_k) add_interval(written, off, es);
             const double e = at(eb, off), g = at(gb, off), b = at(bb, off);
-            e2 += (g - e) * (g - e);
-            r2 += e * e;
-            c2 += (e - b) * (e - b);
+            err2 += (g - e) * (g - e);
+            ref2 += e * e;
+            change2 += (e - b) * (e - b);
             if (std::isfinite(g)) {
-              m = std::max(m, std::fabs(g - e));
-            } else if (nbad++ < 3) {
+              max_abs = std::max(max_abs, std::fabs(g - e));
+            } else if (bad++ < 3) {
               fail.add(fmt::format("state[slot {}, {}, {}, {}]: got {}, expected {}", s, h, r, k, g, e));
             }
           }
         }
     }
-    err2 = e2;
-    ref2 = r2;
-    change2 = c2;
-    max_abs = m;
-    bad = nbad;
   };
-  if (v.dtype == KDAJIT_DTYPE_BF16) walk(uint16_t{});
+  const bool bf16 = v.dtype == KDAJIT_DTYPE_BF16;
+  if (bf16) walk(uint16_t{});
   else walk(float{});
   rep.state_max_abs = max_abs;
   rep.state_bad_elements = bad;
-  const bool bf16 = v.dtype == KDAJIT_DTYPE_BF16;
   const double lim = bf16 ? tol.state_bf16_rel_l2 : tol.state_f32_rel_l2;
   rep.state_rel_l2 = rel_l2(err2, ref2);
   rep.state_change_rel_l2 = rel_l2(err2, change2);
