@@ -59,6 +59,10 @@ def family(cell, route):
     return f"{op} {state} {tokens} {rows} | {route}"
 
 
+def geomean(logs):
+    return math.exp(sum(logs) / len(logs))
+
+
 def table(runs, variant_of, order):
     per = {v: {} for v in order}  # variant -> (cell, route) -> [ratio per round]
     picks = {}
@@ -80,20 +84,21 @@ def table(runs, variant_of, order):
             route = f" {picks.get((v, k[0]), '?')}" if k[1] == "selector" else ""
             cells.append(f"{m:.3f}{route}" if i == 0 else f"{m:.3f}{route} ({m / base:.3f})")
             if i:
-                logs[v].append(math.log(m / base))
-                families.setdefault(family(*k), {}).setdefault(v, []).append(math.log(m / base))
+                lr = math.log(m / base)
+                logs[v].append(lr)
+                families.setdefault(family(*k), {}).setdefault(v, []).append(lr)
         lines.append(f"{k[0]} | {k[1]} | " + " | ".join(cells))
     lines.append(f"cells: {len(keys)} rows in every variant")
     for v, ls in logs.items():
         if ls:
             lines.append(
-                f"geomean {v}/{order[0]}: {math.exp(sum(ls) / len(ls)):.4f} over {len(ls)} rows, "
+                f"geomean {v}/{order[0]}: {geomean(ls):.4f} over {len(ls)} rows, "
                 f"min {math.exp(min(ls)):.3f}, max {math.exp(max(ls)):.3f}")
     for f in sorted(families):
         per_v = families[f]
         n = len(next(iter(per_v.values())))
         lines.append(f"family {f} | {n} cells | " +
-                     " | ".join(f"{v} {math.exp(sum(ls) / len(ls)):.3f}" for v, ls in per_v.items()))
+                     " | ".join(f"{v} {geomean(ls):.3f}" for v, ls in per_v.items()))
     return lines
 
 
