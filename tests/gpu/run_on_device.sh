@@ -9,8 +9,8 @@
 # sanitize main") and SHARD_INDICES (default all of 0..SHARDS-1), e.g.
 # SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest. CONCURRENT=1
 # runs the sanitizers and the main job beside the shards instead of after
-# them (each shard is one CPU-bound process: the f64 reference; a machine
-# with more cores than shards has room for them), e.g.
+# them (each shard is one CPU-bound process: its test problems and the f64
+# reference; a machine with more cores than shards has room for them), e.g.
 # SHARDS=16 SHARD_INDICES="$(seq 0 7)" CONCURRENT=1 bash ..., then
 # SHARDS=16 SHARD_INDICES="$(seq 8 15)" STEPS=gpu bash ....
 set -uo pipefail
