@@ -28,11 +28,9 @@ std::byte* element_ptr(const kdajit_tensor_t& t, std::initializer_list<int64_t> 
   return static_cast<std::byte*>(t.data) + element_offset_bytes(t, idx);
 }
 
-}  // namespace
-
-double load(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
-  const std::byte* p = element_ptr(t, idx);
-  switch (t.dtype) {
+// One element's conversion to and from f64 (load(), store() and the state rows).
+double value_from(const std::byte* p, kdajit_dtype_t dtype) {
+  switch (dtype) {
     case KDAJIT_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
     case KDAJIT_DTYPE_BF16: { uint16_t b; std::memcpy(&b, p, 2); return bf16_bits_to_f64(b); }
     case KDAJIT_DTYPE_INT32: { int32_t i; std::memcpy(&i, p, 4); return i; }
@@ -40,13 +38,20 @@ double load(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
   return 0.0;
 }
 
-void store(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx, double value) {
-  std::byte* p = element_ptr(t, idx);
-  switch (t.dtype) {
+void value_to(std::byte* p, kdajit_dtype_t dtype, double value) {
+  switch (dtype) {
     case KDAJIT_DTYPE_F32: { float f = static_cast<float>(value); std::memcpy(p, &f, 4); return; }
     case KDAJIT_DTYPE_BF16: { uint16_t b = f64_to_bf16_bits(value); std::memcpy(p, &b, 2); return; }
     case KDAJIT_DTYPE_INT32: { int32_t i = static_cast<int32_t>(value); std::memcpy(p, &i, 4); return; }
   }
+}
+
+}  // namespace
+
+double load(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) { return value_from(element_ptr(t, idx), t.dtype); }
+
+void store(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx, double value) {
+  value_to(element_ptr(t, idx), t.dtype, value);
 }
 
 uint16_t load_bits16(const kdajit_tensor_t& t, std::initializer_list<int64_t> idx) {
@@ -216,36 +221,17 @@ std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// Row v of head h of state slot s, D elements through the strides, as load()
-// and store() convert them (a row at a time: the reference moves ~1e8 state
-// elements per GPU test run).
+// Row v of head h of state slot s, D elements through the strides (a row at
+// a time: the reference moves ~1e8 state elements per GPU test run).
 void load_state_row(const kdajit_tensor_t& t, int64_t s, int64_t h, int64_t v, double* out) {
-  const std::byte* p = static_cast<const std::byte*>(t.data) + element_offset_bytes(t, {s, h, v, 0});
+  const std::byte* p = element_ptr(t, {s, h, v, 0});
   const int64_t step = t.strides[3] * static_cast<int64_t>(dtype_size(t.dtype));
-  for (int64_t k = 0; k < D; ++k, p += step) {
-    if (t.dtype == KDAJIT_DTYPE_BF16) {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      out[k] = bf16_bits_to_f64(b);
-    } else {
-      float f;
-      std::memcpy(&f, p, 4);
-      out[k] = f;
-    }
-  }
+  for (int64_t k = 0; k < D; ++k, p += step) out[k] = value_from(p, t.dtype);
 }
 void store_state_row(const kdajit_tensor_t& t, int64_t s, int64_t h, int64_t v, const double* in) {
-  std::byte* p = static_cast<std::byte*>(t.data) + element_offset_bytes(t, {s, h, v, 0});
+  std::byte* p = element_ptr(t, {s, h, v, 0});
   const int64_t step = t.strides[3] * static_cast<int64_t>(dtype_size(t.dtype));
-  for (int64_t k = 0; k < D; ++k, p += step) {
-    if (t.dtype == KDAJIT_DTYPE_BF16) {
-      const uint16_t b = f64_to_bf16_bits(in[k]);
-      std::memcpy(p, &b, 2);
-    } else {
-      const float f = static_cast<float>(in[k]);
-      std::memcpy(p, &f, 4);
-    }
-  }
+  for (int64_t k = 0; k < D; ++k, p += step) value_to(p, t.dtype, in[k]);
 }
 
 // Steps 1-7 of the spec for every token of one live sequence, head by head.
