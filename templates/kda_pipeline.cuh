@@ -11,9 +11,12 @@
 //  - the state slice of item j + KDA_STAGES, by the bulk copy engine into a
 //    shared-memory stage (KDA_STAGES of them, dynamic shared memory);
 //  - the inputs of item j + 1 (x, gates, beta, conv history, the head's conv
-//    weights, dt_bias, A_log), by cp.async into StagedInputs, issued as soon
-//    as item j has read its own (one buffer), after the L2 was asked for them
-//    an item earlier;
+//    weights, dt_bias, A_log) into StagedInputs, issued as soon as item j has
+//    read its own (one buffer): the single op by cp.async from every warp,
+//    after the L2 was asked for them an item earlier; the packed op (5T + 22
+//    runs) by bulk copies, from the last warp on a walk of 4 or more items a
+//    CTA, else from every warp (bulk_issuers), without L2 hints
+//    (Work::kBulkInputs, kL2Hints);
 //  - the metadata of item j + 3 (its slot; a sequence: its rows, accepted
 //    tokens and slots), by cp.async into a ring, so that
 //    every item's plan and addresses are in shared memory before anyone needs
@@ -24,8 +27,8 @@
 // the launcher opts in above 48 KiB). CTA b handles items b, b + G, ...
 //
 // One item j (three CTA barriers):
-//   B1  wait for this thread's copies (item j's inputs, item j+2's metadata);
-//       barrier; request item j+3's metadata; item j's edges (zeros,
+//   B1  wait for this thread's copies (item j's inputs, item j+2's metadata)
+//       and, with bulk inputs, for their mbarrier phase; barrier; request item j+3's metadata; item j's edges (zeros,
 //       counters); phase A from StagedInputs into Smem
 //   B2  barrier; request item j+1's inputs and the L2 for item j+2's; wait for
 //       the stage, phase B (the delta rule, state stores)
@@ -69,6 +72,7 @@ struct StreamSmem {
   StagedInputs in;
   int meta[kMetaRing][kMetaInts];  // Work's metadata of items j .. j+3, ring slot = item ordinal % 4
   unsigned long long bars[kStages];
+  unsigned long long in_bar;  // Work::kBulkInputs: the bulk copies of `in`, phase k = the CTA's item k
 };
 
 // One contiguous run of an item's inputs: `bytes` (a multiple of 16) at
@@ -136,15 +140,67 @@ __device__ __forceinline__ void stage_beta(unsigned* dst, const unsigned short* 
   else *dst = *b;
 }
 
-// Every thread: requests the inputs of one live item into `in` (warp w copies
-// runs w, w + kWarps, ...). The caller made every earlier read of `in` CTA-wide
-// (a barrier).
-__device__ __forceinline__ void stage_inputs(const KdaParams& p, StagedInputs& in, int h, long long row0, int L, int cs,
-                                             int tap0) {
+// Two ways to request one live item's inputs into `in`, the op's choice
+// (Work::kBulkInputs; docs/DESIGN.md, "Route stream"). Either way beta and
+// A_log are 4-byte cp.async copies (threads kThreads - 1 - t: beta of token t,
+// then A_log), complete at the issuing thread's next cp_async_wait_all(), and
+// the caller made every earlier read of `in` CTA-wide (a barrier).
+
+// Every thread: warp w copies runs w, w + kWarps, ... with cp.async.
+__device__ __forceinline__ void stage_inputs_cp_async(const KdaParams& p, StagedInputs& in, int h, long long row0, int L,
+                                                      int cs, int tap0) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll 1
   for (int r = warp; r < input_runs(L); r += kWarps) warp_copy_run(input_run(p, in, r, h, row0, L, cs, tap0), lane);
-  const int t = kThreads - 1 - static_cast<int>(threadIdx.x);  // the last threads: beta of token t, then A_log
+  const int t = kThreads - 1 - static_cast<int>(threadIdx.x);
+  if (t < L) stage_beta(&in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
+  if (t == kTokens) cp_async_4(&in.a_log, p.A_log + h);
+}
+
+// How many warps issue an item's bulk copies (the last ones; the arrivals of
+// a phase of ss.in_bar). With 4 or more items a CTA, the last warp alone: its
+// issue hides behind the other warps' work on a long walk (A/B, tenth
+// session: 2-4% faster than every warp for packed bf16 at N >= 32). On a
+// shorter walk, every warp: one warp's serial issue (an ELECT / UBLKCP loop
+// per lane) is on its critical path (1-2% faster at N = 8).
+__device__ __forceinline__ int bulk_issuers(long long items) {
+  return items >= 4ll * gridDim.x ? 1 : kWarps;
+}
+
+// The last `issuers` warps: lane r of issuing warp w issues run w + r issuers
+// as one bulk copy, counted on `bar` (one arrival per issuing warp, with its
+// bytes), when its source is 16-byte aligned; a warp copies its runs that are
+// not (validation allows 2-byte-aligned rows) with cp.async. Beta and A_log
+// come from the last warp's threads.
+__device__ __forceinline__ void stage_inputs_bulk(const KdaParams& p, StagedInputs& in, unsigned long long* bar,
+                                                  int issuers, int h, long long row0, int L, int cs, int tap0) {
+  const int tid = fresh_tid();  // per item: beta's address is not kept across the walk
+  const int warp = (tid >> 5) - (kWarps - issuers), lane = tid & 31;
+  if (warp < 0) return;
+  const int runs = input_runs(L);
+  unsigned bulk = 0;  // this lane's bulk-copied bytes
+  fence_proxy_async();  // the generic reads of `in` before the copy engine's writes
+#pragma unroll 1
+  for (int base = warp; base < runs; base += 32 * issuers) {
+    const int r = base + lane * issuers;
+    bool odd = false;
+    if (r < runs) {
+      const InputRun u = input_run(p, in, r, h, row0, L, cs, tap0);
+      odd = (reinterpret_cast<unsigned long long>(u.src) & 15u) != 0;
+      if (!odd) {
+        bulk_copy_to_smem(u.dst, u.src, u.bytes, bar);
+        bulk += u.bytes;
+      }
+    }
+#pragma unroll 1
+    for (unsigned m = __ballot_sync(kFull, odd); m != 0; m &= m - 1)
+      warp_copy_run(input_run(p, in, base + (__ffs(m) - 1) * issuers, h, row0, L, cs, tap0), lane);
+  }
+  // The warp's arrival with its bulk bytes; the copies may complete before it
+  // (the transaction count may go below zero), the phase only with it.
+  bulk = __reduce_add_sync(kFull, bulk);
+  if (lane == 0) mbar_arrive_expect_tx(bar, bulk);
+  const int t = kThreads - 1 - tid;
   if (t < L) stage_beta(&in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
   if (t == kTokens) cp_async_4(&in.a_log, p.A_log + h);
 }
@@ -192,13 +248,11 @@ __device__ __forceinline__ void staged_phase_a(const KdaParams& p, Smem<kTokens>
         });
   }
   const float A = expf(in.a_log);
-  // Gate items start at the threads the conv leaves idle. The start is made
-  // opaque, so that its shared-memory addresses are formed here, per item: kept
-  // from the walk's prologue, they were two more registers across phase B,
-  // which the packed f32 keys at T = 2 and 4 spilled (20 bytes).
-  int first = (tid + kThreads - (3 * kD) % kThreads) % kThreads;
-  asm volatile("" : "+r"(first));
-  for (int item = first; item < L * kD; item += kThreads) {
+  // Gate items start at the threads the conv leaves idle. The start comes from
+  // a fresh thread index, so that its shared-memory addresses are formed here,
+  // per item: kept from the walk's prologue, they were more registers across
+  // phase B, which the packed f32 keys at T = 2 and 4 spilled (20 bytes).
+  for (int item = (fresh_tid() + kThreads - (3 * kD) % kThreads) % kThreads; item < L * kD; item += kThreads) {
     const int t = item / kD;
     const int k = item % kD;
     sm.decay[t][k] = gate_decay(bf16_to_f32(in.gate[t][k]) + in.bias[k], A, p.lower_bound);
@@ -219,6 +273,32 @@ struct StreamPlan {
   bool live;
 };
 
+// Every thread: item i (of `items`) its inputs, when it is live, into ss.in,
+// the op's way. With bulk copies every item of the walk completes one phase
+// of ss.in_bar (every issuing warp arrives; for a dead item with no bytes).
+template <class Work>
+__device__ __forceinline__ void stage_item_inputs(const KdaParams& p, const Work& work, StreamSmem& ss, long long i,
+                                                  long long items, const int* m) {
+  const StreamPlan q = work.plan(p, i, m);
+  if constexpr (Work::kBulkInputs) {
+    const int issuers = bulk_issuers(items);
+    if (q.live) stage_inputs_bulk(p, ss.in, &ss.in_bar, issuers, work.head(i), q.row0, q.L, q.cs, q.tap0);
+    else if ((threadIdx.x & 31) == 0 && (threadIdx.x >> 5) >= kWarps - issuers) mbar_arrive_expect_tx(&ss.in_bar, 0);
+  } else if (q.live) {
+    stage_inputs_cp_async(p, ss.in, work.head(i), q.row0, q.L, q.cs, q.tap0);
+  }
+}
+
+// Every thread: the L2 hints for item i's inputs, when the op asks for them.
+template <class Work>
+__device__ __forceinline__ void prefetch_item_inputs(const KdaParams& p, const Work& work, StreamSmem& ss, long long i,
+                                                     const int* m) {
+  if constexpr (Work::kL2Hints) {
+    const StreamPlan q = work.plan(p, i, m);
+    if (q.live) prefetch_inputs(p, ss.in, work.head(i), q.row0, q.L, q.cs, q.tap0);
+  }
+}
+
 // Walks this CTA's items. Work (one per op):
 //   long long items(p)                      the launch's items
 //   int head(i)                             the head of item i
@@ -227,13 +307,15 @@ struct StreamPlan {
 //   void edges(p, i, plan, m)               item i's zeros and counters (every thread, uniform)
 //   int ckpt_slot(m, t)                     the checkpoint slot of token t (< T)
 //   long long first_row(i, m)               a live item's first row (plan(p, i, m).row0)
+//   bool kBulkInputs                        inputs by bulk copies (bulk_issuers' warps; else cp.async, every warp)
+//   bool kL2Hints                           the L2 is asked for item j + 2's inputs
 template <class Work>
 __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& work, StreamSmem& ss, U4* stages) {
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
 #pragma unroll
     for (int k = 0; k < kStages; ++k) mbar_init(&ss.bars[k]);
+    mbar_init(&ss.in_bar, bulk_issuers(work.items(p)));
     mbar_init_fence();
   }
   pdl_wait();  // everything below may read what the previous kernel wrote
@@ -258,14 +340,8 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
       }
     }
   }
-  if (i0 < items) {
-    const StreamPlan q = work.plan(p, i0, ss.meta[0]);
-    if (q.live) stage_inputs(p, ss.in, work.head(i0), q.row0, q.L, q.cs, q.tap0);
-  }
-  if (i0 + step < items) {
-    const StreamPlan q = work.plan(p, i0 + step, ss.meta[1]);
-    if (q.live) prefetch_inputs(p, ss.in, work.head(i0 + step), q.row0, q.L, q.cs, q.tap0);
-  }
+  if (i0 < items) stage_item_inputs(p, work, ss, i0, items, ss.meta[0]);
+  if (i0 + step < items) prefetch_item_inputs(p, work, ss, i0 + step, ss.meta[1]);
 
   unsigned phases = 0;  // bit k: parity of stage k's next completion
   int st = 0;           // stage of the current item
@@ -275,6 +351,7 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
     if (i >= work.items(p)) break;
     const int* m = ss.meta[ord % kMetaRing];
     cp_async_wait_all();
+    if constexpr (Work::kBulkInputs) mbar_wait(&ss.in_bar, ord & 1);
     __syncthreads();  // B1: item i's inputs and item i + 2 step's metadata are in place
     // Item i + 3 step's metadata into the ring slot of item i - step, which
     // every thread is done with.
@@ -289,14 +366,8 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
       if (q.live) staged_phase_a(p, ss.head, ss.in, work.head(i), q.row0, q.L, q.cs, q.tap0);
     }
     __syncthreads();  // B2: Smem holds item i's phase A; ss.in is free
-    if (i + step < items) {
-      const StreamPlan q1 = work.plan(p, i + step, ss.meta[(ord + 1) % kMetaRing]);
-      if (q1.live) stage_inputs(p, ss.in, work.head(i + step), q1.row0, q1.L, q1.cs, q1.tap0);
-    }
-    if (i + 2 * step < items) {
-      const StreamPlan q2 = work.plan(p, i + 2 * step, ss.meta[(ord + 2) % kMetaRing]);
-      if (q2.live) prefetch_inputs(p, ss.in, work.head(i + 2 * step), q2.row0, q2.L, q2.cs, q2.tap0);
-    }
+    if (i + step < items) stage_item_inputs(p, work, ss, i + step, items, ss.meta[(ord + 1) % kMetaRing]);
+    if (i + 2 * step < items) prefetch_item_inputs(p, work, ss, i + 2 * step, ss.meta[(ord + 2) % kMetaRing]);
 
     // The slice of item i + kStages step goes into this item's stage once
     // every thread has read it (warp kWarps - 1, lane 0), planned here so that
@@ -316,7 +387,11 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
       mbar_wait(&ss.bars[st], (phases >> st) & 1u);
       phases ^= 1u << st;
       U4 raw[kRowsPerLane];
-      const U4* src = stages + st * kSliceUnits + slice_unit(warp, lane);
+      // This thread's unit from a fresh thread index: kept from the prologue,
+      // it was one more register across the walk (the f32 keys at T = 5..7
+      // spilled it).
+      const int t_now = fresh_tid();
+      const U4* src = stages + st * kSliceUnits + slice_unit(t_now >> 5, t_now & 31);
 #pragma unroll
       for (int r = 0; r < kRowsPerLane; ++r) raw[r] = src[r * kSliceRowStride];
       if constexpr (kStages == 1) {

@@ -211,12 +211,23 @@ __device__ __forceinline__ void store_cluster_f32(float* local, int rank, float 
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 }
 
+// threadIdx.x, read again at each use: the compiler can neither share nor
+// hoist it, so values formed from it stay where they are used instead of
+// living in a register (or the stack) across a loop. Route stream forms the
+// per-item addresses of phase A and of the staging warp from it.
+__device__ __forceinline__ int fresh_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 // ---- mbarrier and the bulk copy engine (route stream) ----
 // A CTA-local mbarrier that one thread arms with the byte count of the copies
 // it issues; the copies complete it (complete_tx), every thread waits on its
 // phase parity.
-__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+// `arrivals`: the arrivals that complete a phase (with its transaction bytes).
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals = 1) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
 }
 // Makes the initialised barriers visible to the async proxy (the copy engine).
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
