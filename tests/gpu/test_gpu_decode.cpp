@@ -272,7 +272,7 @@ TEST_CASE("out-of-range slots are counted in the diagnostics counter, on every r
       DeviceProblem dev(got);
       int32_t* counter = nullptr;
       KDAJIT_CUDA_CHECK(cudaMalloc(&counter, sizeof(int32_t)));
-      KDAJIT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int32_t)));
+      KDAJIT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int32_t), stream()));  // ordered before the launch
       dev.args().oob_counter = counter;
       REQUIRE(test::run_op(runtime_for(route), got.op(), dev.args(), stream()).ok());
       dev.download(got);
@@ -307,7 +307,7 @@ TEST_CASE("packed: out-of-range slots are counted per referenced position", "[gp
   DeviceProblem dev(got);
   int32_t* counter = nullptr;
   KDAJIT_CUDA_CHECK(cudaMalloc(&counter, sizeof(int32_t)));
-  KDAJIT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int32_t)));
+  KDAJIT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int32_t), stream()));  // ordered before the launch
   dev.args().oob_counter = counter;
   REQUIRE(test::run_op(runtime(), got.op(), dev.args(), stream()).ok());
   dev.download(got);

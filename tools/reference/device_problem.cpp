@@ -62,6 +62,12 @@ Status DeviceProblem::reupload(Problem& p) {
     KDAJIT_TRY(cu_check(*api, api->cuMemcpyHtoD(b.ptr, bytes.data(), b.size),
                         fmt::format("cuMemcpyHtoD({})", tensor_name(b.tensor))));
   }
+  // A copy from pageable memory may return before its DMA has landed, and a
+  // kernel on a non-blocking stream does not order with the legacy stream
+  // the copies ran on: without this wait a launch can run first, and its
+  // outputs be overwritten by the late poison (seen once in 661 GPU test
+  // cases with 16 test processes on one GPU).
+  KDAJIT_TRY(cu_check(*api, api->cuCtxSynchronize(), "upload (cuCtxSynchronize)"));
   // The call's scalars come from the problem too.
   const auto a = p.args();
   args_.norm_eps = a.norm_eps;

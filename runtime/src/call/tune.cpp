@@ -134,7 +134,9 @@ class FamilyBuffers {
       KDAJIT_TRY(cu_check(api_, api_.cuMemcpyHtoD(qsl_->ptr(), qsl.data(), qsl.size() * 4), "cuMemcpyHtoD"));
       KDAJIT_TRY(cu_check(api_, api_.cuMemcpyHtoD(accepted_->ptr(), acc.data(), acc.size() * 4), "cuMemcpyHtoD"));
     }
-    return {};
+    // The memsets and the pageable copies ran on the legacy stream and may not
+    // have landed; the timed launches go to a stream that does not wait for it.
+    return cu_check(api_, api_.cuCtxSynchronize(), "cuCtxSynchronize");
   }
 
   const DriverApi& api_;

@@ -26,7 +26,9 @@ class DeviceProblem {
   DeviceProblem(const DeviceProblem&) = delete;
   DeviceProblem& operator=(const DeviceProblem&) = delete;
 
-  // Copies every buffer of p (same shapes as at upload) and the call's scalars again.
+  // Copies every buffer of p (same shapes as at upload) and the call's scalars
+  // again; returns when the copies have landed (upload too), so that a launch
+  // on any stream sees them.
   Status reupload(Problem& p);
   // Waits for the context's work, then copies the buffers the call writes into p.
   Status download(Problem& p) const;
