@@ -10,9 +10,9 @@
 # SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest. CONCURRENT=1
 # runs the sanitizers and the main job beside the shards instead of after
 # them (each shard is one CPU-bound process: its test problems and the f64
-# reference; a machine with more cores than shards has room for them), e.g.
-# SHARDS=16 SHARD_INDICES="$(seq 0 7)" CONCURRENT=1 bash ..., then
-# SHARDS=16 SHARD_INDICES="$(seq 8 15)" STEPS=gpu bash ....
+# reference; a machine with more cores than shards has room for them). On
+# the 16-core H200 machine the whole suite fits one call that way (tenth
+# session: build 65 s, 661 cases in 199 s): SHARDS=16 CONCURRENT=1 bash ....
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-out}
