@@ -74,6 +74,9 @@ struct StreamSmem {
   unsigned long long bars[kStages];
   unsigned long long in_bar;  // Work::kBulkInputs: the bulk copies of `in`, phase k = the CTA's item k
 };
+// Beta of every token and A_log come from threads of the last warp, which
+// always issues (stage_inputs_cp_async, stage_inputs_bulk).
+static_assert(kTokens < 32, "beta's and A_log's copies from the last warp");
 
 // One contiguous run of an item's inputs: `bytes` (a multiple of 16) at
 // global `src`, staged at shared `dst` (16-byte aligned).
