@@ -24,8 +24,9 @@ namespace kda {
 // qsl[n], m[3] = qsl[n+1], m[4] = num_accepted[n], m[5 + t] = state_indices[n, t].
 struct PackedWork {
   static_assert(kMetaInts >= 5 + kTokens, "the packed metadata of one item");
-  // Measured (docs/PERFORMANCE.md, ninth session): with 5T + 22 runs per item,
-  // bulk copies from one warp and no L2 hints are 1-4% faster at N >= 32.
+  // Measured (docs/PERFORMANCE.md, ninth and tenth sessions): with 5T + 22
+  // runs per item, bulk copies (bulk_issuers' warps) and no L2 hints are
+  // faster than cp.async with hints at N >= 32 (up to 4.5%: bf16, N >= 128).
   static constexpr bool kBulkInputs = true, kL2Hints = false;
   __device__ __forceinline__ long long items(const KdaParams& p) const {
     return static_cast<long long>(packed_items(p)) * kHeads;

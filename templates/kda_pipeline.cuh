@@ -28,8 +28,9 @@
 //
 // One item j (three CTA barriers):
 //   B1  wait for this thread's copies (item j's inputs, item j+2's metadata)
-//       and, with bulk inputs, for their mbarrier phase; barrier; request item j+3's metadata; item j's edges (zeros,
-//       counters); phase A from StagedInputs into Smem
+//       and, with bulk inputs, for their mbarrier phase; barrier; request
+//       item j+3's metadata; item j's edges (zeros, counters); phase A from
+//       StagedInputs into Smem
 //   B2  barrier; request item j+1's inputs and the L2 for item j+2's; wait for
 //       the stage, phase B (the delta rule, state stores)
 //   B3  barrier (every thread has read the stage and written ob); the last warp
@@ -163,9 +164,9 @@ __device__ __forceinline__ void stage_inputs_cp_async(const KdaParams& p, Staged
 // How many warps issue an item's bulk copies (the last ones; the arrivals of
 // a phase of ss.in_bar). With 4 or more items a CTA, the last warp alone: its
 // issue hides behind the other warps' work on a long walk (A/B, tenth
-// session: 2-4% faster than every warp for packed bf16 at N >= 32). On a
+// session: 1-2% faster than every warp for packed bf16 at N >= 128). On a
 // shorter walk, every warp: one warp's serial issue (an ELECT / UBLKCP loop
-// per lane) is on its critical path (1-2% faster at N = 8).
+// per lane) is on its critical path (every warp 1-2% faster at N = 8).
 __device__ __forceinline__ int bulk_issuers(long long items) {
   return items >= 4ll * gridDim.x ? 1 : kWarps;
 }

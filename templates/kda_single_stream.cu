@@ -24,7 +24,8 @@ namespace kda {
 struct SingleWork {
   // Measured (docs/PERFORMANCE.md, ninth session): bulk copies from one warp
   // cost the single op up to 7% where a CTA has few items (one warp issues the
-  // item's 27 runs one after another), and the L2 hints are worth 3-4%.
+  // item's 27 runs one after another), and the L2 hints are worth 3-4%. From
+  // every warp (tenth session) they still cost 1-3% at R <= 32.
   static constexpr bool kBulkInputs = false, kL2Hints = true;
   __device__ __forceinline__ long long items(const KdaParams& p) const {
     return static_cast<long long>(p.rows) * kHeads;
