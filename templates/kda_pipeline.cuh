@@ -334,6 +334,9 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
     if (i0 + k * step < items) work.load_meta(p, i0 + k * step, ss.meta[k]);
   cp_async_wait_all();
   __syncthreads();
+  // Item 0's inputs first, then the slices: requested first, the slices (32-64
+  // KB each) held item 0's few KB of inputs behind them (eleventh session).
+  if (i0 < items) stage_item_inputs(p, work, ss, i0, items, ss.meta[0]);
   if (tid == 0) {
 #pragma unroll
     for (int k = 0; k < kStages; ++k) {
@@ -344,7 +347,6 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
       }
     }
   }
-  if (i0 < items) stage_item_inputs(p, work, ss, i0, items, ss.meta[0]);
   if (i0 + step < items) prefetch_item_inputs(p, work, ss, i0 + step, ss.meta[1]);
 
   unsigned phases = 0;  // bit k: parity of stage k's next completion

@@ -192,6 +192,27 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// Phase A0's loads and stores (kda_head.cuh): every input load is issued
+// before the state slice and before the first store waits for its value. A
+// plain load is not enough: when its only use is in a branch, ptxas sinks it
+// into the branch, behind the first store. So the loads are issued where they
+// are written (volatile) and the stores are single predicated instructions.
+__device__ __forceinline__ unsigned short load_u16_in_order(const unsigned short* src) {
+  unsigned short v;
+  asm volatile("ld.global.u16 %0, [%1];" : "=h"(v) : "l"(src));
+  return v;
+}
+__device__ __forceinline__ void store_shared_if(bool when, unsigned short* dst, unsigned short v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p st.shared.u16 [%0], %1;\n\t}" ::"r"(smem_addr(dst)),
+               "h"(v), "r"(static_cast<int>(when))
+               : "memory");
+}
+__device__ __forceinline__ void store_shared_if(bool when, float* dst, float v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p st.shared.f32 [%0], %1;\n\t}" ::"r"(smem_addr(dst)),
+               "f"(v), "r"(static_cast<int>(when))
+               : "memory");
+}
+
 // ---- thread-block clusters (routes with KDA_SPLIT > 1) ----
 __device__ __forceinline__ int cluster_rank() {
   unsigned r;
