@@ -326,6 +326,12 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   const int warp = tid >> 5;
   const int v0 = rank * kVRows;
 
+  // T >= 5: the whole state slice first; phase A runs while it is in flight.
+  // (T <= 4: after the per-token inputs, below.)
+  constexpr bool kInputsFirst = TT <= 4;
+  U4 raw[kRowsPerLane];
+  if constexpr (!kInputsFirst) state_load(p, src_slot, h, v0, warp, lane, raw);
+
   // ---- phase A0: issue every other load; stage per-token inputs in smem ----
   // Loads and stores only (plus a few scalar ops), so the loads of all
   // tokens are in flight together while the code stays small for any T.
@@ -345,52 +351,82 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
         wts[r][w] = p.conv_weight[((hc / kD) * kW + w) * kHidden + h * kD + hc % kD];
     }
   }
-  // The per-token inputs into registers, then the state slice, then their
-  // stores into Smem. The inputs are a few KB and phase A needs all of them;
-  // the slice (32 or 64 KB per CTA) is not read before phase B. Issued first,
-  // it held the inputs behind it in the memory queues; issued after the
-  // stores, it waited for the inputs (eleventh session). A thread past the
-  // last token loads token L-1 again and stores nothing: the loads stay out
-  // of the stores' branches, which would keep them behind the first store.
-  constexpr int kXRounds = (TT * kChans + kThreads - 1) / kThreads;
-  constexpr int kGateRounds = (TT * kD + kThreads - 1) / kThreads;
-  unsigned short xin[kXRounds], gin[kGateRounds], ogin[kGateRounds];
+  // T <= 4: the per-token inputs into registers, then the state slice, then
+  // their stores into Smem. The inputs are a few KB and phase A needs all of
+  // them; the slice (32 or 64 KB per CTA) is not read before phase B. Issued
+  // first, it held the inputs behind it in the memory queues; issued after
+  // the stores, it waited for the inputs (eleventh session: rowcta and the
+  // split 5-17% faster). A thread past the last token loads token L-1 again
+  // and stores nothing: the loads stay out of the stores' branches, which
+  // would keep them behind the first store. T >= 5 keeps the slice first:
+  // held in registers, its inputs spill at T = 7 with 512 threads, and T =
+  // 5..8 were not timed this way.
+  float A;  // exp(A_log)
+  if constexpr (kInputsFirst) {
+    constexpr int kXRounds = (TT * kChans + kThreads - 1) / kThreads;
+    constexpr int kGateRounds = (TT * kD + kThreads - 1) / kThreads;
+    unsigned short xin[kXRounds], gin[kGateRounds], ogin[kGateRounds];
 #pragma unroll
-  for (int r = 0; r < kXRounds; ++r) {
-    const int item = tid + r * kThreads;
-    const long long row = row0 + min(item / kChans, L - 1);
-    const int hc = head_channel(item % kChans, v0);
-    xin[r] = load_u16_in_order(&p.x[row * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD]);
-  }
-  // kThreads is a multiple of kD, so this thread always stages the same k.
-  const int gk = tid % kD;
-  const float bias = p.dt_bias[h * kD + gk];
+    for (int r = 0; r < kXRounds; ++r) {
+      const int item = tid + r * kThreads;
+      const long long row = row0 + min(item / kChans, L - 1);
+      const int hc = head_channel(item % kChans, v0);
+      xin[r] = load_u16_in_order(&p.x[row * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD]);
+    }
+    // kThreads is a multiple of kD, so this thread always stages the same k.
+    const int gk = tid % kD;
+    const float bias = p.dt_bias[h * kD + gk];
 #pragma unroll
-  for (int r = 0; r < kGateRounds; ++r) {
-    const long long row = row0 + min((tid + r * kThreads) / kD, L - 1);
-    gin[r] = load_u16_in_order(&p.raw_gate[row * p.gate_row_stride + h * kD + gk]);
-    ogin[r] = load_u16_in_order(&p.output_gate[row * p.ogate_row_stride + h * kD + gk]);
-  }
-  const float norm_w = tid < kD ? p.norm_weight[tid] : 0.f;
-  const unsigned short beta_in = tid < L ? p.raw_beta[(row0 + tid) * p.beta_row_stride + h] : 0;
-  const float A_log = p.A_log[h];
-  U4 raw[kRowsPerLane];
-  state_load(p, src_slot, h, v0, warp, lane, raw);
+    for (int r = 0; r < kGateRounds; ++r) {
+      const long long row = row0 + min((tid + r * kThreads) / kD, L - 1);
+      gin[r] = load_u16_in_order(&p.raw_gate[row * p.gate_row_stride + h * kD + gk]);
+      ogin[r] = load_u16_in_order(&p.output_gate[row * p.ogate_row_stride + h * kD + gk]);
+    }
+    const float norm_w = tid < kD ? p.norm_weight[tid] : 0.f;
+    const unsigned short beta_in = tid < L ? p.raw_beta[(row0 + tid) * p.beta_row_stride + h] : 0;
+    const float A_log = p.A_log[h];
+    state_load(p, src_slot, h, v0, warp, lane, raw);
 #pragma unroll
-  for (int r = 0; r < kXRounds; ++r) {
-    const int item = tid + r * kThreads;
-    const int t = item / kChans;
-    store_shared_if(t < L, &sm.m[min(t, TT - 1)][head_channel(item % kChans, v0)], xin[r]);
-  }
+    for (int r = 0; r < kXRounds; ++r) {
+      const int item = tid + r * kThreads;
+      const int t = item / kChans;
+      store_shared_if(t < L, &sm.m[min(t, TT - 1)][head_channel(item % kChans, v0)], xin[r]);
+    }
 #pragma unroll
-  for (int r = 0; r < kGateRounds; ++r) {
-    const int t = (tid + r * kThreads) / kD;
-    store_shared_if(t < L, &sm.decay[min(t, TT - 1)][gk], bf16_to_f32(gin[r]) + bias);  // g
-    store_shared_if(t < L, &sm.sig_ogate[min(t, TT - 1)][gk], bf16_to_f32(ogin[r]));
+    for (int r = 0; r < kGateRounds; ++r) {
+      const int t = (tid + r * kThreads) / kD;
+      store_shared_if(t < L, &sm.decay[min(t, TT - 1)][gk], bf16_to_f32(gin[r]) + bias);  // g
+      store_shared_if(t < L, &sm.sig_ogate[min(t, TT - 1)][gk], bf16_to_f32(ogin[r]));
+    }
+    store_shared_if(tid < kD, &sm.norm_w[tid % kD], norm_w);
+    store_shared_if(tid < L, &sm.beta[min(tid, TT - 1)], sigmoid(bf16_to_f32(beta_in)));
+    A = expf(A_log);
+  } else {
+#pragma unroll
+    for (int r = 0; r < (TT * kChans + kThreads - 1) / kThreads; ++r) {
+      const int item = tid + r * kThreads;
+      const int t = item / kChans;
+      const int hc = head_channel(item % kChans, v0);
+      if (t < L) sm.m[t][hc] = p.x[(row0 + t) * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD];
+    }
+    {
+      // kThreads is a multiple of kD, so this thread always stages the same k.
+      const int k = tid % kD;
+      const float bias = p.dt_bias[h * kD + k];
+#pragma unroll
+      for (int r = 0; r < (TT * kD + kThreads - 1) / kThreads; ++r) {
+        const int t = (tid + r * kThreads) / kD;
+        if (t < L) {
+          const long long row = row0 + t;
+          sm.decay[t][k] = bf16_to_f32(p.raw_gate[row * p.gate_row_stride + h * kD + k]) + bias;  // g
+          sm.sig_ogate[t][k] = bf16_to_f32(p.output_gate[row * p.ogate_row_stride + h * kD + k]);
+        }
+      }
+    }
+    if (tid < kD) sm.norm_w[tid] = p.norm_weight[tid];
+    if (tid < L) sm.beta[tid] = sigmoid(bf16_to_f32(p.raw_beta[(row0 + tid) * p.beta_row_stride + h]));
+    A = expf(p.A_log[h]);
   }
-  store_shared_if(tid < kD, &sm.norm_w[tid % kD], norm_w);
-  store_shared_if(tid < L, &sm.beta[min(tid, TT - 1)], sigmoid(bf16_to_f32(beta_in)));
-  const float A = expf(A_log);
   __syncthreads();
 
   // ---- phase A1: conv + SiLU per channel, gates per (t, k), in place ----
