@@ -30,20 +30,20 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
       if (bf16 ? (t <= 2 ? 4 : 8) * items <= sms : 4 * items <= sms) return Route::split4;
       if (!bf16 && t <= 4 && 2 * items <= sms) return Route::split2;
     }
-    // f32 state: stream, 3-11% faster than rowcta from N x H = 16 on.
-    // bf16 state: rowcta runs 512 threads there. Stream (256; its pipeline
-    // since the eighth session) wins at T = 2 (1-5% up to N x H = 256, 3-13%
-    // beyond), at T = 1 once the sequence-heads exceed its grid, at T = 3 once
-    // they exceed it (3-7% from 512; rowcta 3% faster at 256), at T = 4 once
-    // they exceed twice it (5% at 1024, a tie at 512, rowcta 1.5-3.5% faster at
-    // 256), and at T = 8 everywhere (2-9% from 32 to 8192 sequence-heads).
-    // T = 5..7 were not measured; they take T = 4's band.
-    const bool bf16_stream = t <= 2   ? t == 2 || items > resident
-                             : t == 3 ? items > resident
-                             : t < 8  ? items > 2 * resident
-                                      : true;
-    if (stream_ok && (!bf16 || bf16_stream)) return Route::stream;
-    return Route::rowcta;
+    // Above the split, T <= 7 (`kdajit tune` at 559685d, docs/PERFORMANCE.md
+    // "Eleventh session"; T = 5..7 were not measured and take T = 4's band):
+    // - bf16 state: rowcta while the sequence-heads fit stream's grid (3-8%
+    //   faster at 128-256), stream beyond (1-3% at 512-2048, 5-15% from 4096).
+    // - f32 state: rowcta while they fit its grid (0-5%), stream up to four
+    //   times it (0-3.5% at 512-1024), rowcta beyond (4-6%), where its waves
+    //   overlap each other and stream's 64 KiB stage per CTA adds a
+    //   shared-memory round trip without more bytes in flight.
+    // T = 8: stream everywhere (2-9% from 32 to 8192 sequence-heads, measured
+    // before the eleventh session's rowcta gains; not measured since).
+    if (!stream_ok) return Route::rowcta;
+    if (t >= 8) return Route::stream;
+    if (bf16) return items > resident ? Route::stream : Route::rowcta;
+    return items > resident && items <= 4 * resident ? Route::stream : Route::rowcta;
   }
   const int64_t ctas = call.rows * call.family.heads;
   // bf16 state: stream once rows x heads exceed its resident CTAs (3-14% faster;
@@ -51,13 +51,15 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   if (bf16) return stream_ok && ctas > resident ? Route::stream : Route::rowcta;
   // f32 state: the value split wins only while rows x heads is at most an eighth
   // of the SMs (split4: 0.7-1.2% at H=8, R<=2 and H=16, R=1, in two independent
-  // runs; split2 never won). Stream wins 2-4% while rows x heads is between one
-  // and four times its grid (rowcta runs 2-8 waves there, each loading its state
-  // only after the previous wave's compute), and loses 2-6% beyond that, where
-  // rowcta's waves overlap each other and stream's one 64 KiB stage per CTA adds
-  // a shared-memory round trip without more bytes in flight.
+  // runs; split2 never won). Stream wins 1-3% while rows x heads is between one
+  // and two times its grid (`kdajit tune` at 559685d; rowcta runs two or more
+  // waves there, each loading its state only after the previous wave's
+  // compute). Beyond, rowcta is 0.4-6% faster: its waves overlap each other,
+  // and stream's one 64 KiB stage per CTA adds a shared-memory round trip
+  // without more bytes in flight. (Before the eleventh session's rowcta gains,
+  // stream's band reached four times its grid.)
   if (8 * ctas <= sms) return Route::split4;
-  if (stream_ok && ctas > resident && ctas <= 4 * resident) return Route::stream;
+  if (stream_ok && ctas > resident && ctas <= 2 * resident) return Route::stream;
   return Route::rowcta;
 }
 

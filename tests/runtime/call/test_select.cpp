@@ -50,19 +50,20 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(single(8, 34), h200) == Route::stream);   // 272
   CHECK(builtin_route(single(8, 34), {Arch::sm_90, 148}) == Route::rowcta);
   CHECK(builtin_route(single(64, 8), h200) == Route::stream);
-  // f32 state: stream while rows x heads lies in (1, 4] x its grid of 264.
+  // f32 state: stream while rows x heads lies in (1, 2] x its grid of 264.
   CHECK(builtin_route(f32(single(8, 33)), h200) == Route::rowcta);    // 264
   CHECK(builtin_route(f32(single(8, 34)), h200) == Route::stream);    // 272
-  CHECK(builtin_route(f32(single(64, 16)), h200) == Route::stream);   // 1024
-  CHECK(builtin_route(f32(single(8, 132)), h200) == Route::stream);   // 1056 = 4 x 264
-  CHECK(builtin_route(f32(single(8, 133)), h200) == Route::rowcta);   // 1064
-  CHECK(builtin_route(f32(single(64, 16)), {Arch::sm_90, 148}) == Route::stream);  // 1024 <= 1184
+  CHECK(builtin_route(f32(single(8, 66)), h200) == Route::stream);    // 528 = 2 x 264
+  CHECK(builtin_route(f32(single(8, 67)), h200) == Route::rowcta);    // 536
+  CHECK(builtin_route(f32(single(8, 67)), {Arch::sm_90, 148}) == Route::stream);  // 536 <= 592
+  CHECK(builtin_route(f32(single(64, 16)), h200) == Route::rowcta);   // 1024
   CHECK(builtin_route(f32(single(64, 32)), h200) == Route::rowcta);   // 2048
   CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
   // Packed, f32: split4 while 4 x N x H <= SMs, split2 while 2 x N x H <= SMs
-  // at T <= 4, then stream (T <= 8).
+  // at T <= 4; then (T <= 7) rowcta up to stream's grid, stream up to four
+  // times it, rowcta beyond; at T = 8 stream.
   auto with = [](CallShape c, StateDtype st, int t) {
     c.family.state = st;
     c.family.tokens = t;
@@ -72,8 +73,15 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(packed(8, 5), h200) == Route::split2);   // 40
   CHECK(builtin_route(packed(64, 1), h200) == Route::split2);  // 64
   CHECK(builtin_route(packed(66, 1), h200) == Route::split2);  // 2 x 66 <= 132
-  CHECK(builtin_route(packed(67, 1), h200) == Route::stream);
-  CHECK(builtin_route(packed(64, 2), h200) == Route::stream);  // 128
+  CHECK(builtin_route(packed(67, 1), h200) == Route::rowcta);
+  CHECK(builtin_route(packed(64, 2), h200) == Route::rowcta);   // 128
+  CHECK(builtin_route(packed(8, 33), h200) == Route::rowcta);   // 264
+  CHECK(builtin_route(packed(8, 34), h200) == Route::stream);   // 272
+  CHECK(builtin_route(packed(64, 16), h200) == Route::stream);  // 1024
+  CHECK(builtin_route(packed(8, 132), h200) == Route::stream);  // 1056 = 4 x 264
+  CHECK(builtin_route(packed(8, 133), h200) == Route::rowcta);  // 1064
+  CHECK(builtin_route(with(packed(64, 2), StateDtype::f32, 8), h200) == Route::stream);    // T = 8: 128
+  CHECK(builtin_route(with(packed(64, 128), StateDtype::f32, 8), h200) == Route::stream);  // T = 8: 8192
   CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 2), h200) == Route::split2);
   CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 8), h200) == Route::stream);  // T = 8: no split2
   CHECK(builtin_route(with(packed(32, 1), StateDtype::f32, 8), h200) == Route::split4);
@@ -81,24 +89,27 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 64}) == Route::split2);  // the device's SM count decides
   CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream, split: T <= 8
   CHECK(builtin_route(with(packed(8, 1), StateDtype::f32, 9), h200) == Route::rowcta);
-  // bf16: split4 while 8 x N x H <= SMs (4 x at T <= 2); then stream at T = 2,
-  // at T = 1 and 3 past its grid, at T = 4..7 past twice it, at T = 8 always; else rowcta.
+  // bf16: split4 while 8 x N x H <= SMs (4 x at T <= 2); then stream at
+  // T <= 7 past its grid, at T = 8 always; else rowcta.
   CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 4), h200) == Route::split4);  // 16
   CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::rowcta);  // 32
   CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 2), h200) == Route::split4);  // 32 at T = 2
-  CHECK(builtin_route(with(packed(16, 3), StateDtype::bf16, 2), h200) == Route::stream);  // 48 at T = 2
+  CHECK(builtin_route(with(packed(16, 3), StateDtype::bf16, 2), h200) == Route::rowcta);  // 48 at T = 2
+  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 2), h200) == Route::rowcta);  // 264 at T = 2
+  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 2), h200) == Route::stream);  // 272 at T = 2
   CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::split4);
   CHECK(builtin_route(with(packed(8, 4), StateDtype::bf16, 8), h200) == Route::stream);   // T = 8: 32
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);   // 512 sequence-heads
   CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 1), h200) == Route::rowcta);   // T = 1: 128 <= 264
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 1), h200) == Route::stream);   // 512 > 264
-  // bf16 at T = 3: stream once the sequence-heads exceed its grid (264); at
-  // T = 4 (and 5..7) once they exceed twice it (528); at T = 8 always.
+  // bf16 at T = 3 and 4 (and 5..7): stream once the sequence-heads exceed its
+  // grid (264); at T = 8 always.
   CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 3), h200) == Route::rowcta);   // 264
   CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 3), h200) == Route::stream);   // 272
-  CHECK(builtin_route(with(packed(16, 33), StateDtype::bf16, 4), h200) == Route::rowcta);  // 528
-  CHECK(builtin_route(with(packed(16, 34), StateDtype::bf16, 4), h200) == Route::stream);  // 544
-  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 6), h200) == Route::rowcta);  // 512 at T = 6
+  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 4), h200) == Route::rowcta);   // 264
+  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 4), h200) == Route::stream);   // 272
+  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 6), h200) == Route::rowcta);   // 264 at T = 6
+  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 6), h200) == Route::stream);  // 512 at T = 6
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 7), h200) == Route::stream);  // 8192 at T = 7
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::stream);  // 8192
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 8), h200) == Route::stream);  // T = 8
