@@ -355,8 +355,8 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   // their stores into Smem. The inputs are a few KB and phase A needs all of
   // them; the slice (32 or 64 KB per CTA) is not read before phase B. Issued
   // first, it held the inputs behind it in the memory queues; issued after
-  // the stores, it waited for the inputs (eleventh session: rowcta and the
-  // split 5-17% faster). A thread past the last token loads token L-1 again
+  // the stores, it waited for the inputs (eleventh session: rowcta 1-18%
+  // faster, the split 6-16%). A thread past the last token loads token L-1 again
   // and stores nothing: the loads stay out of the stores' branches, which
   // would keep them behind the first store. T >= 5 keeps the slice first:
   // held in registers, its inputs spill at T = 7 with 512 threads, and T =

@@ -31,7 +31,8 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
       if (!bf16 && t <= 4 && 2 * items <= sms) return Route::split2;
     }
     // Above the split, T <= 7 (`kdajit tune` at 559685d, docs/PERFORMANCE.md
-    // "Eleventh session"; T = 5..7 were not measured and take T = 4's band):
+    // "Eleventh session"; T = 5..7 were not measured and take T = 4's band,
+    // though their rowcta keeps phase A0's old order, kda_head.cuh):
     // - bf16 state: rowcta while the sequence-heads fit stream's grid (3-8%
     //   faster at 128-256), stream beyond (1-3% at 512-2048, 5-15% from 4096).
     // - f32 state: rowcta while they fit its grid (0-5%), stream up to four
@@ -39,7 +40,7 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
     //   overlap each other and stream's 64 KiB stage per CTA adds a
     //   shared-memory round trip without more bytes in flight.
     // T = 8: stream everywhere (2-9% from 32 to 8192 sequence-heads, measured
-    // before the eleventh session's rowcta gains; not measured since).
+    // before the eleventh session; its rowcta kernels did not change since).
     if (!stream_ok) return Route::rowcta;
     if (t >= 8) return Route::stream;
     if (bf16) return items > resident ? Route::stream : Route::rowcta;
