@@ -10,19 +10,22 @@ namespace kdajit::cli {
 
 void add_routes_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("routes",
-                                 "Print the route table: route, ops, threads, cluster, eligibility, shared-memory stages");
+                                 "Print the route table: route, ops, threads, cluster, CTAs per SM, eligibility, "
+                                 "shared-memory stages");
   auto json_out = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "print a JSON array instead of a table");
   cmd->callback([json_out] {
     nlohmann::json arr = nlohmann::json::array();
     for (const RouteSpec& r : route_table()) {
       nlohmann::json ops = nlohmann::json::array(), templates = nlohmann::json::object(),
-                     threads = nlohmann::json::object(), smem = nlohmann::json::object();
+                     threads = nlohmann::json::object(), ctas = nlohmann::json::object(),
+                     smem = nlohmann::json::object();
       for (Op op : all_values<Op>()) {
         if (!r.serves(op)) continue;
         ops.push_back(to_string(op));
         templates[std::string(to_string(op))] = r.template_file(op);
-        // Threads may depend on the state dtype (rowcta packed bf16: 512).
+        // Threads and CTAs per SM may depend on the state dtype (rowcta packed
+        // bf16: 512 threads; split2 packed f32: one CTA per SM).
         for (StateDtype st : all_values<StateDtype>()) {
           KernelKey k;
           k.op = op;
@@ -30,6 +33,7 @@ void add_routes_command(CLI::App& app) {
           k.state = st;
           k.route = r.route;
           threads[fmt::format("{}.{}", to_string(op), to_string(st))] = r.threads(k);
+          ctas[fmt::format("{}.{}", to_string(op), to_string(st))] = r.occupancy_for(k);
           // Shared-memory state stages (route stream): dynamic shared memory per CTA.
           if (r.stage_count(k) > 0)
             smem[fmt::format("{}.{}", to_string(op), to_string(st))] = {{"stages", r.stage_count(k)},
@@ -41,7 +45,7 @@ void add_routes_command(CLI::App& app) {
                      {"templates", templates},
                      {"threads", threads},
                      {"cluster", r.cluster},
-                     {"ctas_per_sm", r.occupancy},
+                     {"ctas_per_sm", ctas},
                      {"dynamic_smem", smem},
                      {"entry", {{"single", entry_name(Op::single)}, {"packed", entry_name(Op::packed)}}},
                      {"eligibility", r.eligibility},
@@ -52,13 +56,18 @@ void add_routes_command(CLI::App& app) {
       return;
     }
     fmt::print("{:<11} {:<14} {:<60} {:>7}  {}\n", "route", "ops", "threads", "cluster", "eligible when");
+    // "single.f32=256 single.bf16=256 ..." of a {op.state: int} object.
+    const auto per_family = [](const nlohmann::json& by) {
+      std::vector<std::string> out;
+      for (auto it = by.begin(); it != by.end(); ++it) out.push_back(fmt::format("{}={}", it.key(), it.value().get<int>()));
+      return fmt::format("{}", fmt::join(out, " "));
+    };
     for (const auto& r : arr) {
-      std::vector<std::string> ops = r["ops"].get<std::vector<std::string>>(), threads;
-      for (auto it = r["threads"].begin(); it != r["threads"].end(); ++it)
-        threads.push_back(fmt::format("{}={}", it.key(), it.value().get<int>()));
+      const std::vector<std::string> ops = r["ops"].get<std::vector<std::string>>();
       fmt::print("{:<11} {:<14} {:<60} {:>7}  {}\n", r["name"].get<std::string>(), fmt::format("{}", fmt::join(ops, ",")),
-                 fmt::format("{}", fmt::join(threads, " ")), r["cluster"].get<int>(), r["eligibility"].get<std::string>());
+                 per_family(r["threads"]), r["cluster"].get<int>(), r["eligibility"].get<std::string>());
       fmt::print("{:<11} {}\n", "", r["technique"].get<std::string>());
+      fmt::print("{:<11} CTAs per SM: {}\n", "", per_family(r["ctas_per_sm"]));
       std::vector<std::string> stages;
       for (auto it = r["dynamic_smem"].begin(); it != r["dynamic_smem"].end(); ++it)
         stages.push_back(fmt::format("{}={} ({} KiB)", it.key(), it.value()["stages"].get<int>(),

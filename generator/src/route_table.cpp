@@ -55,6 +55,14 @@ LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
 // bf16 slices (32 KiB) fit two stages next to two CTAs per SM; f32 (64 KiB) one.
 int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 : 1; }
 
+// split2, packed op, f32 state: one CTA per SM. Each thread holds 32 state
+// values next to the T tokens' staged inputs and the conv history the split
+// keeps live across phase B; at two CTAs per SM (128 registers) ptxas spilled
+// 8-80 bytes at T = 1 (conv ds) and T = 6..8 (eleventh session, 84 keys of
+// the `full` preset). The selector picks split2 only while its CTAs fit one
+// per SM (2 x N x H <= SMs), so the cap costs no selected launch a CTA slot.
+int split2_occupancy(const KernelKey& k) { return k.op == Op::packed && k.state == StateDtype::f32 ? 1 : 2; }
+
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
 // Routes stream and split2/split4: T > 8 spills, next to T tokens of phase A,
@@ -79,7 +87,7 @@ constexpr RouteSpec kRoutes[] = {
      "the 128 value rows of one (row or sequence, head) over a cluster of 2 CTAs; RMSNorm sums through distributed "
      "shared memory",
      {"kda_single_split.cu", "kda_packed_split.cu"}, 2, 2, threads_256, not_repeated_up_to_8_tokens,
-     kNotRepeatedUpTo8Tokens, split_grid<2>},
+     kNotRepeatedUpTo8Tokens, split_grid<2>, nullptr, split2_occupancy},
     {Route::split4,
      "the 128 value rows of one (row or sequence, head) over a cluster of 4 CTAs; RMSNorm sums through distributed "
      "shared memory",

@@ -72,7 +72,7 @@ TEST_CASE("route table: every key of every route generates its own template with
         CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
-        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy) + "\n") != std::string::npos);
+        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy_for(k)) + "\n") != std::string::npos);
         const bool has_stages = src->find("#define KDA_STAGES ") != std::string::npos;
         CHECK(has_stages == (r.stage_count(k) > 0));
         if (has_stages) CHECK(src->find("#define KDA_STAGES " + std::to_string(r.stage_count(k)) + "\n") != std::string::npos);
@@ -100,7 +100,7 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
           CHECK(smem == static_cast<uint32_t>(r.stage_count(k)) * 128u * 128u * (st == StateDtype::bf16 ? 2u : 4u));
           const uint32_t per_cta = smem + 2048u * static_cast<uint32_t>(tokens) + 2048u + kSystem;
           CHECK(per_cta <= kPerCta);
-          CHECK(static_cast<uint32_t>(r.occupancy) * per_cta <= kPerSm);
+          CHECK(static_cast<uint32_t>(r.occupancy_for(k)) * per_cta <= kPerSm);
         }
       }
 }

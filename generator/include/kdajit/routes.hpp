@@ -56,6 +56,7 @@ struct RouteSpec {
   // CTAs per SM the kernel is compiled for (__launch_bounds__' minimum): caps
   // registers at 65536 / (threads x occupancy). More, smaller CTAs per SM keep
   // more loads in flight while others compute; the cap must not cause spills.
+  // The route's default; occupancy_for() is what a key is compiled with.
   int occupancy = 2;
   // Threads per CTA for a key of this route.
   int (*threads)(const KernelKey& key) = nullptr;
@@ -68,9 +69,12 @@ struct RouteSpec {
   // Shared-memory state stages per CTA for a key (KDA_STAGES; 0: the route
   // has none). Each holds one (slot, head) state slice in dynamic shared memory.
   int (*stages)(const KernelKey& key) = nullptr;
+  // CTAs per SM for a key where it differs from `occupancy` (nullptr: never).
+  int (*occupancy_of)(const KernelKey& key) = nullptr;
 
   std::string_view name() const { return to_string(route); }
   int stage_count(const KernelKey& key) const { return stages ? stages(key) : 0; }
+  int occupancy_for(const KernelKey& key) const { return occupancy_of ? occupancy_of(key) : occupancy; }
   // Dynamic shared memory of a launch: the stages (bytes).
   uint32_t dynamic_smem_bytes(const KernelKey& key) const;
   bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
