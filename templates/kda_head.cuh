@@ -60,10 +60,24 @@ struct Smem {
   float delta[kD];          // delta_v of the current token (each warp its rows)
   float norm_w[kD];         // norm_weight
   float beta[TT];
-  float norm_part[TT][kSplit];  // split: each rank's sum of ob^2 per token, pushed by that rank
+  float norm_part[TT][kSplit];  // split: each rank's sum of ob^2 per token, sent by that rank
+  unsigned long long norm_bar;  // split: counts norm_part's arrivals (split_init, phase C)
   __align__(16) unsigned short m[TT][3 * kD];  // x (A0), then m = SiLU(conv) (A1): q | k | v, bf16 bits
   __align__(16) unsigned short ob[TT][kD];     // round_bf16(o), bf16 bits
 };
+
+// Split kernels, once before their first item: the mbarrier of the RMSNorm
+// exchange (phase C), kThreads arrivals a phase. The init is released to the
+// cluster before this thread's first cluster arrive (phase A1 of the first
+// item), and no rank sends a partial before that barrier's wait.
+template <int TT>
+__device__ __forceinline__ void split_init(Smem<TT>& sm) {
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.norm_bar, kThreads);
+    mbar_init_fence();
+  }
+  __syncthreads();
+}
 
 // Channel of the head (j*128 + d, j = 0 q, 1 k, 2 v) of local conv channel c.
 __device__ __forceinline__ int head_channel(int c, int v0) { return c < 2 * kD ? c : v0 + c; }
@@ -456,9 +470,19 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
           });
     }
   }
-  // Split: every rank has read (and used) its taps; the barrier completes after
-  // phase B, before any rank overwrites history another rank read.
-  if constexpr (kSplit > 1) cluster_arrive();
+  // Split: every rank has read its taps; the barrier completes after phase B,
+  // before any rank overwrites history another rank read. T <= 4: the arrive
+  // is relaxed (a release would wait for the state slice, issued after the
+  // inputs and still in flight): the taps' loads are complete here, since the
+  // conv above consumed their values before this thread's shared stores of m,
+  // which come before the arrive. T >= 5 (slice first, already landed) keeps
+  // the release arrive and the exchange below that the A/B measured (twelfth
+  // session: the relaxed arrive and st.async exchange took split4 at T = 8 5%
+  // slower, T <= 4 3-6% faster).
+  if constexpr (kSplit > 1) {
+    if constexpr (kInputsFirst) cluster_arrive_relaxed();
+    else cluster_arrive();
+  }
   // Gate items start at the threads the conv leaves idle (thread (kChans + i) % kThreads).
   for (int item = (tid + kThreads - kChans % kThreads) % kThreads; item < L * kD; item += kThreads) {
     const int t = item / kD;
@@ -480,8 +504,15 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   } else {
     // Split: the conv history first (every rank read its taps before the
     // barrier that started after phase A1), then the RMSNorm sums: the warp of
-    // token t pushes its slice's sum of ob_t^2 to every rank, and each rank
-    // adds the kSplit partials in rank order (the same sum everywhere).
+    // token t sends its slice's sum of ob_t^2 into slot [t][rank] of every
+    // rank, and each rank adds the kSplit partials in rank order (the same sum
+    // everywhere). T <= 4: by st.async, counted on that rank's norm_bar; every
+    // thread arrives on norm_bar, whose phase also waits for the L x kSplit
+    // partials sent here, and the warps of the tokens wait for it, so a CTA
+    // exits only after every partial sent to it has landed. The next item's
+    // partials are sent after the next item's cluster barrier, which this CTA
+    // reaches only after that wait (the __syncthreads between items). T >= 5:
+    // by distributed shared-memory stores and a second cluster barrier.
     cluster_wait();
 #pragma unroll
     for (int r = 0; r < kConvRounds; ++r) {
@@ -512,11 +543,20 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
           ss = fmaf(ob[round][e], ob[round][e], ss);
         }
         ss = warp_sum(ss);
-        if (lane < kSplit) store_cluster_f32(&sm.norm_part[t][rank], lane, ss);
+        if (lane < kSplit) {
+          if constexpr (kInputsFirst) store_async_cluster_f32(&sm.norm_part[t][rank], &sm.norm_bar, lane, ss);
+          else store_cluster_f32(&sm.norm_part[t][rank], lane, ss);
+        }
       }
     }
-    cluster_arrive();
-    cluster_wait();
+    if constexpr (kInputsFirst) {
+      const unsigned long long phase = tid == 0 ? mbar_arrive_expect_tx_token(&sm.norm_bar, L * kSplit * 4)
+                                                : mbar_arrive_token(&sm.norm_bar);
+      if (warp < L) mbar_wait_token(&sm.norm_bar, phase);
+    } else {
+      cluster_arrive();
+      cluster_wait();
+    }
 #pragma unroll
     for (int round = 0; round < kRounds; ++round) {
       const int t = warp + round * kWarps;

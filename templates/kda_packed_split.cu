@@ -30,6 +30,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
   const int rank = kda::cluster_rank();
   const int clusters = gridDim.y / KDA_SPLIT;
   const int items = kda::packed_items(p);
+  kda::split_init(sm);
   kda::pdl_wait();
   // In 64 bits: items <= 2^31 - 1, and i + clusters must not wrap.
   for (long long i = blockIdx.y / KDA_SPLIT; i < items; i += clusters) {

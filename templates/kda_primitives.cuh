@@ -219,11 +219,19 @@ __device__ __forceinline__ int cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return static_cast<int>(r);
 }
-// Arrive (release: this thread's earlier memory accesses, loads included, are
-// ordered before it) / wait (acquire) on the cluster barrier. Every thread of
-// every CTA of the cluster arrives and waits, alternating.
+// The cluster barrier: every thread of every CTA of the cluster arrives and
+// waits, alternating. A release arrive orders every earlier access of this
+// thread (loads included) before the other CTAs' accesses after their wait,
+// and so waits for all of them to complete: in-flight state loads and
+// checkpoint stores too (ncu put 15-24% of the split kernels' stall samples
+// on that wait and the cluster barrier behind it, twelfth session). A relaxed
+// arrive orders nothing; its callers say what they rely on instead.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
 // Stores v into the shared-memory float at `local` in the CTA of cluster rank `rank`.
 __device__ __forceinline__ void store_cluster_f32(float* local, int rank, float v) {
   const unsigned addr = smem_addr(local);
@@ -277,6 +285,47 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, un
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
+}
+
+// Arrive on a CTA-local mbarrier (one of its expected arrivals) and return
+// the phase's state token for mbar_wait_token(); with expect_tx the phase also
+// waits for `bytes` more of complete_tx.
+__device__ __forceinline__ unsigned long long mbar_arrive_token(unsigned long long* bar) {
+  unsigned long long state;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(smem_addr(bar)) : "memory");
+  return state;
+}
+__device__ __forceinline__ unsigned long long mbar_arrive_expect_tx_token(unsigned long long* bar, unsigned bytes) {
+  unsigned long long state;
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+               : "=l"(state)
+               : "r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+  return state;
+}
+// Waits until the phase the token came from has completed.
+__device__ __forceinline__ void mbar_wait_token(unsigned long long* bar, unsigned long long state) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "KDA_MBAR_WAIT_TOKEN:\n"
+      "mbarrier.try_wait.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra KDA_MBAR_WAIT_TOKEN;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "l"(state)
+      : "memory");
+}
+// Stores v into the shared-memory float at `local` in the CTA of cluster rank
+// `rank` and counts its 4 bytes on that CTA's mbarrier at `local_bar` (the same
+// offsets there): the data is visible to whoever sees that phase complete, with
+// no fence over this thread's other memory accesses.
+__device__ __forceinline__ void store_async_cluster_f32(float* local, unsigned long long* local_bar, int rank, float v) {
+  unsigned remote, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(local_bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+               "r"(__float_as_uint(v)), "r"(remote_bar)
+               : "memory");
 }
 
 // ---- cp.async: per-thread asynchronous copies global -> shared (route stream) ----

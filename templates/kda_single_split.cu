@@ -26,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
   const int h = blockIdx.x;
   const int rank = kda::cluster_rank();
   const int rows_per_wave = gridDim.y / KDA_SPLIT;
+  kda::split_init(sm);
   kda::pdl_wait();
   for (int r = blockIdx.y / KDA_SPLIT; r < p.rows; r += rows_per_wave) {
     const int s = p.state_indices[r];
