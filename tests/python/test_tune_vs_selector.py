@@ -32,9 +32,9 @@ class TuneVsSelector(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         # On 132 SMs the bands pick split4 for single H = 8, R = 1 (8 CTAs x 8 <= 132)
-        # and rowcta for packed bf16 H = 64, N = 1, T = 4 (64 sequence-heads).
+        # and rowcta for packed bf16 H = 64, N = 2, T = 4 (128 sequence-heads).
         self.assertIn("route_split4", kdajit.key_for(8, rows=1, arch="sm_90", sm_count=132))
-        self.assertIn("route_rowcta", kdajit.key_for(64, rows=1, op="packed", tokens=4, state_dtype="bf16",
+        self.assertIn("route_rowcta", kdajit.key_for(64, rows=2, op="packed", tokens=4, state_dtype="bf16",
                                                      arch="sm_90", sm_count=132))
 
     def tearDown(self):
@@ -54,20 +54,20 @@ class TuneVsSelector(unittest.TestCase):
         self.assertIn("median 1.038", first)
         self.assertIn("worst 1.077", first)
         self.assertIn("the built-in route is the fastest in 1", first)
-        self.assertIn("1.077  packed h64 bf16 sd t4 bounded rows 1: built-in rowcta 14.00 us, fastest split2 13.00 us",
+        self.assertIn("1.077  packed h64 bf16 sd t4 bounded rows 2: built-in rowcta 14.00 us, fastest split2 13.00 us",
                       out)
 
     def test_text_output_of_tune(self):
         path = self.write("tune.txt", "\n".join([
             "kdajit: compiled " + SINGLE.format("rowcta") + " in 339 ms (128 registers, 0 bytes spilled, NVRTC 13.0)",
             SINGLE.format("rowcta") + " rows 1: rowcta 8.00 us split4 7.00 us stream 9.00 us -> split4",
-            PACKED.format("rowcta") + " rows 1: rowcta 14.00 us split2 13.00 us stream 14.50 us -> split2",
+            PACKED.format("rowcta") + " rows 2: rowcta 14.00 us split2 13.00 us stream 14.50 us -> split2",
             "tune: 2 families tuned (0 with one eligible route skipped), table written to /x"]))
         self.check_two_cells(path)
 
     def test_json_output_of_tune(self):
         m = [{"key": SINGLE.format(r), "rows": 1, "median_us": us} for r, us in (("rowcta", 8.0), ("split4", 7.0))]
-        m += [{"key": PACKED.format(r), "rows": 1, "median_us": us} for r, us in (("rowcta", 14.0), ("split2", 13.0))]
+        m += [{"key": PACKED.format(r), "rows": 2, "median_us": us} for r, us in (("rowcta", 14.0), ("split2", 13.0))]
         path = self.write("tune.json", json.dumps({"path": "/x", "table": {}, "measurements": m}))
         self.check_two_cells(path)
 

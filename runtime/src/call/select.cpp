@@ -10,58 +10,63 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   if (call.mode == IndicesMode::repeated_positive) return Route::sequential;
   const RouteSpec& stream = route_spec(Route::stream);
   const bool stream_ok = stream.eligible(call, device);
+  const bool split_ok = route_spec(Route::split4).eligible(call, device);  // split2's rule too
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const bool bf16 = call.family.state == StateDtype::bf16;
-  // Measured on the H200 (docs/PERFORMANCE.md, "Selector bands"); `resident`
-  // is stream's persistent grid (two CTAs per SM), the unit of every band.
+  // Measured on the H200: `kdajit tune` of the glm-5.3-flash preset and the
+  // grid with every route forced, both at 0219fef (docs/PERFORMANCE.md,
+  // "Twelfth session"). `resident` is stream's persistent grid (two CTAs per
+  // SM), the unit of the upper bands; the split bands count CTAs against the
+  // SMs. x below is rows x heads (single) or sequence-heads (packed): the time
+  // depends on it, the dtype and T, not on N or H apart.
   const int64_t resident = int64_t{stream.occupancy} * sms;
   if (call.family.op == Op::packed) {
-    const int64_t items = call.num_seqs * call.family.heads;  // sequence-heads
+    const int64_t x = call.num_seqs * call.family.heads;
     const int t = call.family.tokens;
-    // Measured with every route forced (docs/PERFORMANCE.md, "Fifth session"):
-    // the time depends on N x H, T and the dtype, not on N or H apart.
-    // The value split while the sequence-heads leave SMs idle: the T tokens are
-    // a dependent chain per CTA, and a split CTA updates 128 / C value rows per
-    // token and stores 1 / C of each checkpoint. f32 state: split4 while its
-    // CTAs fit one per SM (14-28% faster than stream), split2 while they do at
-    // T <= 4 (5-7%; at T = 8 stream ties it). bf16 state: split4 while
-    // 8 x N x H <= SMs (2-8% faster than rowcta), 4 x at T <= 2 (1-3%).
-    if (route_spec(Route::split4).eligible(call, device)) {
-      if (bf16 ? (t <= 2 ? 4 : 8) * items <= sms : 4 * items <= sms) return Route::split4;
-      if (!bf16 && t <= 4 && 2 * items <= sms) return Route::split2;
+    // The value split while its CTAs leave SMs idle: the T tokens are a
+    // dependent chain per CTA, and a split CTA updates 128 / C value rows per
+    // token and stores 1 / C of each checkpoint. f32: split4 while its CTAs fit
+    // one per SM (10-46% faster than split2 or rowcta at 8-32), split2 while
+    // they do at T <= 4 (3-8% at 64). bf16: split4 while 8 x N x H <= SMs
+    // (6-10% at 8-16), split2 while its CTAs fit one per SM at T <= 4 (0-4% at
+    // 32-64); at T = 8 stream beats split4 (7.5% at 16).
+    if (split_ok && !(bf16 && t >= 8)) {
+      if ((bf16 ? 8 : 4) * x <= sms) return Route::split4;
+      if (t <= 4 && 2 * x <= sms) return Route::split2;
     }
-    // Above the split, T <= 7 (`kdajit tune` at 559685d, docs/PERFORMANCE.md
-    // "Eleventh session"; T = 5..7 were not measured and take T = 4's band,
-    // though their rowcta keeps phase A0's old order, kda_head.cuh):
-    // - bf16 state: rowcta while the sequence-heads fit stream's grid (3-8%
-    //   faster at 128-256), stream beyond (1-3% at 512-2048, 5-15% from 4096).
-    // - f32 state: rowcta while they fit its grid (0-5%), stream up to four
-    //   times it (0-3.5% at 512-1024), rowcta beyond (4-6%), where its waves
-    //   overlap each other and stream's 64 KiB stage per CTA adds a
+    // Above the split, T <= 7 (T = 5..7 were not measured and take T = 4's
+    // band, though their rowcta keeps phase A0's old order, kda_head.cuh):
+    // - bf16 state, T <= 2: rowcta while the sequence-heads fit stream's grid
+    //   (4-8% faster at 128-256), stream beyond (0-2% at 512-2048, 7-12% from
+    //   4096). T >= 3: rowcta up to eight times the grid (0-5% at 512-2048;
+    //   stream ties at 4096 for T = 4 and wins 3% for T = 3).
+    // - f32 state: rowcta while they fit the grid (4-6%), stream up to twice
+    //   it (0-3% at 512), rowcta beyond (0-3% at 1024, 4-6% from 2048), where
+    //   its waves overlap each other and stream's 64 KiB stage per CTA adds a
     //   shared-memory round trip without more bytes in flight.
-    // T = 8: stream everywhere (2-9% from 32 to 8192 sequence-heads, measured
-    // before the eleventh session; its rowcta kernels did not change since).
+    // T = 8: stream everywhere (2-9% from 32 to 8192 sequence-heads).
     if (!stream_ok) return Route::rowcta;
     if (t >= 8) return Route::stream;
-    if (bf16) return items > resident ? Route::stream : Route::rowcta;
-    return items > resident && items <= 4 * resident ? Route::stream : Route::rowcta;
+    if (bf16) return x > (t <= 2 ? 1 : 8) * resident ? Route::stream : Route::rowcta;
+    return x > resident && x <= 2 * resident ? Route::stream : Route::rowcta;
   }
-  const int64_t ctas = call.rows * call.family.heads;
-  // bf16 state: stream once rows x heads exceed its resident CTAs (3-14% faster;
-  // below, each CTA has one item and rowcta is as fast).
-  if (bf16) return stream_ok && ctas > resident ? Route::stream : Route::rowcta;
-  // f32 state: the value split wins only while rows x heads is at most an eighth
-  // of the SMs (split4: 0.7-1.2% at H=8, R<=2 and H=16, R=1, in two independent
-  // runs; split2 never won). Stream wins 1-3% while rows x heads is between one
-  // and two times its grid (`kdajit tune` at 559685d; rowcta runs two or more
-  // waves there, each loading its state only after the previous wave's
-  // compute). Beyond, rowcta is 0.4-6% faster: its waves overlap each other,
-  // and stream's one 64 KiB stage per CTA adds a shared-memory round trip
-  // without more bytes in flight. (Before the eleventh session's rowcta gains,
-  // stream's band reached four times its grid.)
-  if (8 * ctas <= sms) return Route::split4;
-  if (stream_ok && ctas > resident && ctas <= 2 * resident) return Route::stream;
-  return Route::rowcta;
+  const int64_t x = call.rows * call.family.heads;
+  // The value split while its CTAs fit the SMs: split4 while they fit one per
+  // SM for f32 (4 x R x H <= SMs; 1-6% over split2 at 8-32), one per two SMs
+  // for bf16 (6% over rowcta at 8-16); split2 while they fit two per SM for f32
+  // (R x H <= SMs; 0-4% over rowcta at 64-128), one per SM for bf16 (1-3% at
+  // 32-64; rowcta from 96).
+  if (split_ok) {
+    if ((bf16 ? 8 : 4) * x <= sms) return Route::split4;
+    if ((bf16 ? 2 : 1) * x <= sms) return Route::split2;
+  }
+  // bf16 state: stream once rows x heads exceed its resident CTAs (0-4% at
+  // 512-768, 1-3% at 2048; the two are within 1.5% beyond, either way; below,
+  // each CTA has one item and rowcta is 1-10% faster). f32 state: rowcta (stream
+  // ties it at 512, 0.6-2% either way, loses 6.7% at 384 and 1-5% beyond: its one
+  // 64 KiB stage per CTA adds a shared-memory round trip without more bytes in
+  // flight, while rowcta's waves overlap each other).
+  return bf16 && stream_ok && x > resident ? Route::stream : Route::rowcta;
 }
 
 Result<Route> select_route(const CallShape& call, const DeviceTraits& device, const RoutePolicy& policy) {

@@ -39,31 +39,38 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
     c.family.state = StateDtype::f32;
     return c;
   };
-  CHECK(builtin_route(f32(single(8, 1)), h200) == Route::split4);   // 8 CTAs: 8 x 8 <= 132
-  CHECK(builtin_route(f32(single(16, 1)), h200) == Route::split4);  // 16 CTAs: 128 <= 132
-  CHECK(builtin_route(f32(single(8, 4)), h200) == Route::rowcta);   // 32 CTAs
-  CHECK(builtin_route(f32(single(8, 1)), small) == Route::split4);  // 64 <= 64 on a 64-SM part
-  CHECK(builtin_route(f32(single(16, 1)), small) == Route::rowcta); // the same call as above, fewer SMs
-  // bf16 state: stream once rows x heads exceed two CTAs per SM.
-  CHECK(builtin_route(single(8, 1), h200) == Route::rowcta);
+  // Single f32: split4 while 4 x R x H <= SMs, split2 while R x H <= SMs, then rowcta.
+  CHECK(builtin_route(f32(single(8, 1)), h200) == Route::split4);    // 8
+  CHECK(builtin_route(f32(single(8, 4)), h200) == Route::split4);    // 32: 4 x 32 <= 132
+  CHECK(builtin_route(f32(single(8, 5)), h200) == Route::split2);    // 40
+  CHECK(builtin_route(f32(single(8, 16)), h200) == Route::split2);   // 128
+  CHECK(builtin_route(f32(single(66, 2)), h200) == Route::split2);   // 132
+  CHECK(builtin_route(f32(single(8, 17)), h200) == Route::rowcta);   // 136
+  CHECK(builtin_route(f32(single(16, 1)), small) == Route::split4);  // 4 x 16 <= 64 on a 64-SM part
+  CHECK(builtin_route(f32(single(16, 2)), small) == Route::split2);  // the same heads, fewer SMs
+  CHECK(builtin_route(f32(single(8, 8)), h200) == Route::split2);
+  CHECK(builtin_route(f32(single(8, 9)), small) == Route::rowcta);   // 72 > 64
+  CHECK(builtin_route(f32(single(8, 34)), h200) == Route::rowcta);   // 272: no stream band for f32
+  CHECK(builtin_route(f32(single(8, 66)), h200) == Route::rowcta);
+  CHECK(builtin_route(f32(single(64, 16)), h200) == Route::rowcta);
+  CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
+  // Single bf16: split4 while 8 x R x H <= SMs, split2 while 2 x R x H <= SMs,
+  // rowcta up to stream's grid (two CTAs per SM), stream beyond.
+  CHECK(builtin_route(single(8, 1), h200) == Route::split4);    // 8
+  CHECK(builtin_route(single(8, 2), h200) == Route::split4);    // 16: 128 <= 132
+  CHECK(builtin_route(single(8, 3), h200) == Route::split2);    // 24
+  CHECK(builtin_route(single(8, 8), h200) == Route::split2);    // 64: 128 <= 132
+  CHECK(builtin_route(single(8, 9), h200) == Route::rowcta);    // 72
+  CHECK(builtin_route(single(8, 2), small) == Route::split2);   // 16: 128 > 64
   CHECK(builtin_route(single(8, 33), h200) == Route::rowcta);   // 264 = 2 x 132
   CHECK(builtin_route(single(8, 34), h200) == Route::stream);   // 272
   CHECK(builtin_route(single(8, 34), {Arch::sm_90, 148}) == Route::rowcta);
   CHECK(builtin_route(single(64, 8), h200) == Route::stream);
-  // f32 state: stream while rows x heads lies in (1, 2] x its grid of 264.
-  CHECK(builtin_route(f32(single(8, 33)), h200) == Route::rowcta);    // 264
-  CHECK(builtin_route(f32(single(8, 34)), h200) == Route::stream);    // 272
-  CHECK(builtin_route(f32(single(8, 66)), h200) == Route::stream);    // 528 = 2 x 264
-  CHECK(builtin_route(f32(single(8, 67)), h200) == Route::rowcta);    // 536
-  CHECK(builtin_route(f32(single(8, 67)), {Arch::sm_90, 148}) == Route::stream);  // 536 <= 592
-  CHECK(builtin_route(f32(single(64, 16)), h200) == Route::rowcta);   // 1024
-  CHECK(builtin_route(f32(single(64, 32)), h200) == Route::rowcta);   // 2048
-  CHECK(builtin_route(f32(single(64, 512)), h200) == Route::rowcta);
   CHECK(builtin_route(single(8, 1, IndicesMode::repeated_positive), h200) == Route::sequential);
   CHECK(builtin_route(single(64, 512, IndicesMode::repeated_positive), h200) == Route::sequential);
   // Packed, f32: split4 while 4 x N x H <= SMs, split2 while 2 x N x H <= SMs
-  // at T <= 4; then (T <= 7) rowcta up to stream's grid, stream up to four
-  // times it, rowcta beyond; at T = 8 stream.
+  // at T <= 4; then (T <= 7) rowcta up to stream's grid, stream up to twice
+  // it, rowcta beyond; at T = 8 stream.
   auto with = [](CallShape c, StateDtype st, int t) {
     c.family.state = st;
     c.family.tokens = t;
@@ -77,9 +84,10 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(packed(64, 2), h200) == Route::rowcta);   // 128
   CHECK(builtin_route(packed(8, 33), h200) == Route::rowcta);   // 264
   CHECK(builtin_route(packed(8, 34), h200) == Route::stream);   // 272
-  CHECK(builtin_route(packed(64, 16), h200) == Route::stream);  // 1024
-  CHECK(builtin_route(packed(8, 132), h200) == Route::stream);  // 1056 = 4 x 264
-  CHECK(builtin_route(packed(8, 133), h200) == Route::rowcta);  // 1064
+  CHECK(builtin_route(packed(8, 66), h200) == Route::stream);   // 528 = 2 x 264
+  CHECK(builtin_route(packed(8, 67), h200) == Route::rowcta);   // 536
+  CHECK(builtin_route(packed(64, 16), h200) == Route::rowcta);  // 1024
+  CHECK(builtin_route(packed(8, 67), {Arch::sm_90, 148}) == Route::stream);  // 536 <= 592
   CHECK(builtin_route(with(packed(64, 2), StateDtype::f32, 8), h200) == Route::stream);    // T = 8: 128
   CHECK(builtin_route(with(packed(64, 128), StateDtype::f32, 8), h200) == Route::stream);  // T = 8: 8192
   CHECK(builtin_route(with(packed(32, 2), StateDtype::f32, 2), h200) == Route::split2);
@@ -89,31 +97,32 @@ TEST_CASE("select: built-in bands scale with the device's SM count", "[select]")
   CHECK(builtin_route(packed(8, 4), {Arch::sm_90, 64}) == Route::split2);  // the device's SM count decides
   CHECK(builtin_route(with(packed(64, 8), StateDtype::f32, 9), h200) == Route::rowcta);  // stream, split: T <= 8
   CHECK(builtin_route(with(packed(8, 1), StateDtype::f32, 9), h200) == Route::rowcta);
-  // bf16: split4 while 8 x N x H <= SMs (4 x at T <= 2); then stream at
-  // T <= 7 past its grid, at T = 8 always; else rowcta.
+  // bf16: split4 while 8 x N x H <= SMs, split2 while 2 x N x H <= SMs at
+  // T <= 4, no split at T = 8; then T <= 2: stream past its grid; T = 3..7:
+  // stream past eight times it; T = 8: stream; else rowcta.
   CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 4), h200) == Route::split4);  // 16
-  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::rowcta);  // 32
-  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 2), h200) == Route::split4);  // 32 at T = 2
-  CHECK(builtin_route(with(packed(16, 3), StateDtype::bf16, 2), h200) == Route::rowcta);  // 48 at T = 2
+  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 4), h200) == Route::split2);  // 32
+  CHECK(builtin_route(with(packed(16, 2), StateDtype::bf16, 2), h200) == Route::split2);  // 32 at T = 2
+  CHECK(builtin_route(with(packed(16, 4), StateDtype::bf16, 2), h200) == Route::split2);  // 64 at T = 2
+  CHECK(builtin_route(with(packed(16, 5), StateDtype::bf16, 2), h200) == Route::rowcta);  // 80 at T = 2
+  CHECK(builtin_route(with(packed(16, 4), StateDtype::bf16, 6), h200) == Route::rowcta);  // T = 6: no split2
+  CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 6), h200) == Route::split4);  // T = 6: 16
   CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 2), h200) == Route::rowcta);  // 264 at T = 2
   CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 2), h200) == Route::stream);  // 272 at T = 2
-  CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::split4);
+  CHECK(builtin_route(with(packed(8, 2), StateDtype::bf16, 8), h200) == Route::stream);   // T = 8: 16, no split
+  CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 8), h200) == Route::stream);  // 16 at T = 8
   CHECK(builtin_route(with(packed(8, 4), StateDtype::bf16, 8), h200) == Route::stream);   // T = 8: 32
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 2), h200) == Route::stream);   // 512 sequence-heads
   CHECK(builtin_route(with(packed(16, 8), StateDtype::bf16, 1), h200) == Route::rowcta);   // T = 1: 128 <= 264
   CHECK(builtin_route(with(packed(64, 8), StateDtype::bf16, 1), h200) == Route::stream);   // 512 > 264
-  // bf16 at T = 3 and 4 (and 5..7): stream once the sequence-heads exceed its
-  // grid (264); at T = 8 always.
-  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 3), h200) == Route::rowcta);   // 264
-  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 3), h200) == Route::stream);   // 272
-  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 4), h200) == Route::rowcta);   // 264
-  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 4), h200) == Route::stream);   // 272
-  CHECK(builtin_route(with(packed(8, 33), StateDtype::bf16, 6), h200) == Route::rowcta);   // 264 at T = 6
-  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 6), h200) == Route::stream);  // 512 at T = 6
+  CHECK(builtin_route(with(packed(8, 34), StateDtype::bf16, 3), h200) == Route::rowcta);   // 272 at T = 3
+  CHECK(builtin_route(with(packed(8, 264), StateDtype::bf16, 3), h200) == Route::rowcta);  // 2112 = 8 x 264
+  CHECK(builtin_route(with(packed(8, 265), StateDtype::bf16, 3), h200) == Route::stream);  // 2120
+  CHECK(builtin_route(with(packed(64, 32), StateDtype::bf16, 4), h200) == Route::rowcta);  // 2048
+  CHECK(builtin_route(with(packed(16, 32), StateDtype::bf16, 6), h200) == Route::rowcta);  // 512 at T = 6
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 7), h200) == Route::stream);  // 8192 at T = 7
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 4), h200) == Route::stream);  // 8192
   CHECK(builtin_route(with(packed(64, 128), StateDtype::bf16, 8), h200) == Route::stream);  // T = 8
-  CHECK(builtin_route(with(packed(16, 1), StateDtype::bf16, 8), h200) == Route::split4);   // 16 at T = 8
 }
 
 TEST_CASE("select: the selected route is always eligible and serves the op", "[select]") {

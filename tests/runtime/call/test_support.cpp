@@ -139,23 +139,27 @@ TEST_CASE("support: the key a configuration gets, per rows and SM count", "[supp
   c.gate = KDAJIT_GATE_SOFTPLUS;
   for (const char* name : kArchNames) {
     c.arch = name;
-    auto k = config_key(c, 5);
+    auto k = config_key(c, 16);  // 112 sequence-heads: past the split on every arch's part
     REQUIRE(k.ok());
     CHECK(key_name(*k) == fmt::format("kda_packed.h7.state_bf16.conv_ds.t3.gate_softplus.route_rowcta.{}", name));
+    CHECK(config_key(c, 5)->route == Route::split2);  // 35: 2 x 35 <= 132
   }
   // Single op: the split routes while rows x heads leave SMs idle; the SM count
   // is the configuration's, else the arch's reference part (132 for sm_90).
   c = good_config();  // f32 state
   c.heads = 8;
-  CHECK(config_key(c, 1)->route == Route::split4);    // 8 CTAs of 132
+  CHECK(config_key(c, 1)->route == Route::split4);    // 8 rows x heads: 4 x 8 <= 132
   CHECK(config_key(c, 2)->route == Route::split4);    // 16
-  CHECK(config_key(c, 8)->route == Route::rowcta);    // 64
+  CHECK(config_key(c, 8)->route == Route::split2);    // 64 <= 132
+  CHECK(config_key(c, 17)->route == Route::rowcta);   // 136
   c.sm_count = 64;
-  CHECK(config_key(c, 1)->route == Route::split4);
-  CHECK(config_key(c, 2)->route == Route::rowcta);
+  CHECK(config_key(c, 2)->route == Route::split4);    // 4 x 16 <= 64
+  CHECK(config_key(c, 4)->route == Route::split2);    // 32 <= 64
+  CHECK(config_key(c, 9)->route == Route::rowcta);    // 72
   c.sm_count = 0;
   c.state_dtype = KDAJIT_DTYPE_BF16;
-  CHECK(config_key(c, 1)->route == Route::rowcta);
+  CHECK(config_key(c, 1)->route == Route::split4);    // 8 x 8 <= 132
+  CHECK(config_key(c, 9)->route == Route::rowcta);    // 2 x 72 > 132
   c.state_indices_mode = KDAJIT_INDICES_REPEATED_POSITIVE;
   CHECK(config_key(c, 8)->route == Route::sequential);
   auto keys = config_keys(c);
