@@ -240,12 +240,17 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
+// The shared::cluster address of `local`'s variable in the CTA of cluster
+// rank `rank` (the same offset in that CTA's shared memory).
+__device__ __forceinline__ unsigned cluster_peer_addr(const void* local, int rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  return remote;
+}
+
 // Stores v into the shared-memory float at `local` in the CTA of cluster rank `rank`.
 __device__ __forceinline__ void store_cluster_f32(float* local, int rank, float v) {
-  const unsigned addr = smem_addr(local);
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_peer_addr(local, rank)), "f"(v) : "memory");
 }
 
 // threadIdx.x, read again at each use: the compiler can neither share nor
@@ -328,9 +333,7 @@ __device__ __forceinline__ void mbar_wait_token(unsigned long long* bar, unsigne
 // offsets there): the data is visible to whoever sees that phase complete, with
 // no fence over this thread's other memory accesses.
 __device__ __forceinline__ void store_async_cluster_f32(float* local, unsigned long long* local_bar, int rank, float v) {
-  unsigned remote, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(smem_addr(local_bar)), "r"(rank));
+  const unsigned remote = cluster_peer_addr(local, rank), remote_bar = cluster_peer_addr(local_bar, rank);
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
                "r"(__float_as_uint(v)), "r"(remote_bar)
                : "memory");

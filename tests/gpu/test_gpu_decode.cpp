@@ -199,6 +199,12 @@ std::vector<KernelKey> test_keys() {
       add({Op::packed, 16, i % 2 ? StateDtype::bf16 : StateDtype::f32, i % 3 ? ConvLayout::ds : ConvLayout::sd, t,
            t % 2 ? Gate::softplus : Gate::bounded, r.route, arch});
     }
+  // bf16 state at T = 1 (phase B on the tensor cores where the tile allows it,
+  // kMmaDots in kda_head.cuh): both ops, both layouts, every route.
+  for (auto op : {Op::single, Op::packed})
+    for (auto cv : {ConvLayout::sd, ConvLayout::ds})
+      for (const RouteSpec& r : route_table())
+        if (r.serves(op)) add({op, 24, StateDtype::bf16, cv, 1, Gate::bounded, r.route, arch});
   // Softplus on a preset shape, both dtypes, every single-op route.
   for (auto st : {StateDtype::f32, StateDtype::bf16})
     for (const RouteSpec& r : route_table())
