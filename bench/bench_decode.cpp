@@ -100,6 +100,7 @@ Status describe_device(Bench& b) {
   char bus[32] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) bus[0] = 0;
   b.sms = sms;
+  b.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
   b.arch = arch_of(prop.major, prop.minor);
   b.gpu = nlohmann::json{{"name", prop.name},
                          {"device", dev},
@@ -163,13 +164,13 @@ Status prepare_kernels(Bench& b, const std::vector<Cell>& cells) {
              b.prewarm.seconds, b.prewarm.failed);
   for (const auto& e : b.prewarm.errors) fmt::print(stderr, "kdajit_bench: prewarm: {}\n", e);
   KDAJIT_TRY(cubins);
-  KDAJIT_TRY(b.floor.load(cubins->floor.cubin, b.sms, max_t));
+  KDAJIT_TRY(b.floor.load(cubins->floor.cubin, b.sms, b.smem_per_sm, max_t));
   KDAJIT_TRY(b.fill.load(cubins->fill.cubin));
   b.kernels_info = kernels_json(*cubins);
   nlohmann::json regs = nlohmann::json::object();
   for (kdajit_op_t op : {KDAJIT_OP_SINGLE, KDAJIT_OP_PACKED})
     for (kdajit_dtype_t st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
-      for (int sh = 0; sh < kFloorShapeCount; ++sh) regs[floor_entry(op, st, sh)] = b.floor.registers(op, st, sh);
+      for (int sh = 0; sh < kFloorKernelCount; ++sh) regs[floor_entry(op, st, sh)] = b.floor.registers(op, st, sh);
   b.kernels_info["floor_registers"] = regs;
   return {};
 }
@@ -340,7 +341,9 @@ int main(int argc, char** argv) {
   app.add_option("--tuning", o.tuning, "off | on | both: RuntimeOptions::use_tuning of the selector")
       ->capture_default_str();
   app.add_flag("--pdl", o.pdl, "also time two dependent calls in one graph, without and with PDL");
-  app.add_option("--floor-shapes", o.floor_shapes, "floor launch shapes to try (default all: cta256,split4x128,persist4x128)")
+  app.add_option("--floor-shapes", o.floor_shapes,
+                 "floor launch shapes to try (default: cta256,split4x128,persist4x128); also diagnostic ones, not "
+                 "counted as the floor: cta256x2, cta256x3, cta256x4 (cta256 at most 2, 3, 4 CTAs per SM)")
       ->delimiter(',');
   app.add_option("--iters", o.iters, "timed graph replays per measurement")->capture_default_str();
   app.add_option("--host-calls", o.host_calls, "calls of the host-cost loops (cut for slow kernels)")
@@ -398,7 +401,10 @@ int main(int argc, char** argv) {
     if (std::find(shapes.begin(), shapes.end(), i) == shapes.end()) shapes.push_back(i);
   }
   if (shapes.empty())
-    for (int i = 0; i < kFloorShapeCount; ++i) shapes.push_back(i);
+    for (int i = 0; i < kFloorKernelCount; ++i) shapes.push_back(i);
+  if (std::none_of(shapes.begin(), shapes.end(), [](int i) { return kFloorShapes[static_cast<size_t>(i)].ctas_per_sm == 0; }))
+    return bad("--floor-shapes: expected at least one floor shape (cta256, split4x128, persist4x128) beside the "
+               "diagnostic ones");
 
   if (o.list) {
     // Each cell's arguments (stand-in pointers) through kdajit's validation and the floor's checks.

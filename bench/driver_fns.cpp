@@ -28,6 +28,7 @@ Status resolve_all(DriverFns& f) {
   KDAJIT_TRY(resolve("cuModuleUnload", &f.cuModuleUnload));
   KDAJIT_TRY(resolve("cuModuleGetFunction", &f.cuModuleGetFunction));
   KDAJIT_TRY(resolve("cuFuncGetAttribute", &f.cuFuncGetAttribute));
+  KDAJIT_TRY(resolve("cuFuncSetAttribute", &f.cuFuncSetAttribute));
   KDAJIT_TRY(resolve("cuOccupancyMaxActiveBlocksPerMultiprocessor", &f.cuOccupancyMaxActiveBlocksPerMultiprocessor));
   KDAJIT_TRY(resolve("cuLaunchKernelEx", &f.cuLaunchKernelEx));
   KDAJIT_TRY(resolve("cuGraphKernelNodeGetParams", &f.cuGraphKernelNodeGetParams));

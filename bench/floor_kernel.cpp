@@ -247,7 +247,7 @@ std::string floor_source(int max_tokens) {
 }
 
 std::string floor_entry(kdajit_op_t op, kdajit_dtype_t state, int shape) {
-  return fmt::format("floor_{}_{}_{}", op_name(op), state_name(state), kFloorShapes[static_cast<size_t>(shape)].name);
+  return fmt::format("floor_{}_{}_{}", op_name(op), state_name(state), kFloorShapes[static_cast<size_t>(shape)].kernel);
 }
 
 Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a) {
@@ -294,7 +294,7 @@ int FloorKernels::index(kdajit_op_t op, kdajit_dtype_t state, int shape) {
   return ((op == KDAJIT_OP_PACKED ? 2 : 0) + (state == KDAJIT_DTYPE_BF16 ? 1 : 0)) * kFloorShapeCount + shape;
 }
 
-Status FloorKernels::load(const std::string& cubin, int sms, int max_tokens) {
+Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, int max_tokens) {
   KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
   KDAJIT_TRY(module_.load(cubin));
   max_tokens_ = max_tokens;
@@ -302,11 +302,24 @@ Status FloorKernels::load(const std::string& cubin, int sms, int max_tokens) {
     for (kdajit_dtype_t st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
       for (int sh = 0; sh < kFloorShapeCount; ++sh) {
         Entry& e = entries_[static_cast<size_t>(index(op, st, sh))];
+        const FloorShape& shape = kFloorShapes[static_cast<size_t>(sh)];
         const std::string name = floor_entry(op, st, sh);
         KDAJIT_TRY_ASSIGN(e.fn, module_.function(name.c_str()));
+        if (shape.ctas_per_sm > 0) {
+          // Padding that lets ctas_per_sm CTAs share an SM and not one more
+          // (each CTA also holds its static shared memory and 1 KiB the
+          // system reserves, so ctas_per_sm + 1 pads alone overflow).
+          e.pad_bytes = static_cast<unsigned>(smem_per_sm / (shape.ctas_per_sm + 1) + 1);
+          BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(e.pad_bytes)));
+        }
         int per_sm = 0;
-        BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, kFloorShapes[static_cast<size_t>(sh)].threads, 0));
+        BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
         if (per_sm < 1) return Error(ErrorCode::cuda, fmt::format("{}: occupancy of 0 CTAs per SM", name));
+        if (shape.ctas_per_sm > 0 && per_sm > shape.ctas_per_sm)
+          return Error(ErrorCode::internal, fmt::format("{} as {}: {} CTAs per SM with {} bytes of padding, expected "
+                                                        "at most {}", name, shape.name, per_sm, e.pad_bytes,
+                                                        shape.ctas_per_sm));
         e.resident_ctas = per_sm * sms;
         BENCH_CU(f->cuFuncGetAttribute(&e.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, e.fn));
       }
@@ -336,7 +349,7 @@ Status FloorKernels::launch(int shape, const Cell& c, const FloorParams& p, cuda
     cfg.gridDimX = static_cast<unsigned>(p.heads * sh.parts);
     cfg.gridDimY = static_cast<unsigned>(p.items);
   }
-  cfg.sharedMemBytes = 0;
+  cfg.sharedMemBytes = e.pad_bytes;
   cfg.hStream = reinterpret_cast<CUstream>(s);
   cfg.attrs = nullptr;
   cfg.numAttrs = 0;

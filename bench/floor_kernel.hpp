@@ -1,6 +1,8 @@
 // The memory-pattern floor: a kernel that moves exactly the bytes of one decode
 // call (docs/CONTRACT.md §7) on the same device buffers, with no math, in a few launch
 // shapes; the fastest shape per cell is the cell's floor (README: "The floor kernel").
+// Diagnostic shapes (ctas_per_sm > 0) run a floor kernel held to fewer resident
+// CTAs per SM; they are timed when named and never count as the floor.
 #pragma once
 
 #include <cuda.h>
@@ -20,16 +22,25 @@ inline constexpr int kFloorMaxTokens = 16;  // T of the packed op the floor kern
 
 struct FloorShape {
   const char* name;
+  const char* kernel;  // the entry's shape: floor_<op>_<state>_<kernel>
   int parts;    // CTAs per (item, head), each owning 128 / parts value rows of the state
   int threads;  // per CTA
   bool persistent;  // grid = resident CTAs, looping over the (item, head, part) work
+  int ctas_per_sm;  // > 0: diagnostic, at most this many resident CTAs per SM (dynamic
+                    // shared memory as padding); not a floor
 };
-inline constexpr std::array<FloorShape, 3> kFloorShapes = {{
-    {"cta256", 1, 256, false},
-    {"split4x128", 4, 128, false},
-    {"persist4x128", 4, 128, true},
+inline constexpr std::array<FloorShape, 6> kFloorShapes = {{
+    {"cta256", "cta256", 1, 256, false, 0},
+    {"split4x128", "split4x128", 4, 128, false, 0},
+    {"persist4x128", "persist4x128", 4, 128, true, 0},
+    // cta256 at kdajit's own occupancies: how much of a route's distance to the
+    // floor its CTAs per SM alone explain (the state bytes in flight per SM).
+    {"cta256x2", "cta256", 1, 256, false, 2},
+    {"cta256x3", "cta256", 1, 256, false, 3},
+    {"cta256x4", "cta256", 1, 256, false, 4},
 }};
 inline constexpr int kFloorShapeCount = static_cast<int>(kFloorShapes.size());
+inline constexpr int kFloorKernelCount = 3;  // the first three shapes are the kernels and the floor
 int floor_shape_index(const std::string& name);  // -1 if unknown
 
 // One struct, compiled by the host compiler here and, as text, by NVRTC (plain
@@ -67,7 +78,8 @@ Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a);
 class FloorKernels {
  public:
   // Loads the module and finds every entry; occupancy sizes the persistent grids.
-  Status load(const std::string& cubin, int sms, int max_tokens);
+  // smem_per_sm: the SM's shared memory (sizes the diagnostic shapes' padding).
+  Status load(const std::string& cubin, int sms, int smem_per_sm, int max_tokens);
   Status launch(int shape, const Cell& c, const FloorParams& p, cudaStream_t s) const;
   int registers(kdajit_op_t op, kdajit_dtype_t state, int shape) const;
   int max_tokens() const { return max_tokens_; }
@@ -77,6 +89,7 @@ class FloorKernels {
     CUfunction fn = nullptr;
     int resident_ctas = 0;  // per GPU (occupancy x SMs)
     int registers = 0;
+    unsigned pad_bytes = 0;  // dynamic shared memory of a diagnostic shape
   };
   static int index(kdajit_op_t op, kdajit_dtype_t state, int shape);
   Module module_;

@@ -116,7 +116,7 @@ std::vector<Family> make_families(const std::vector<Cell>& cells) {
 double estimate_seconds(const Options& o, const std::vector<Cell>& cells) {
   // H200-like guesses: 3.3 TB/s achieved, 8 us for a tiny call, 90 us per L2 flush.
   const double flush_s = static_cast<double>(o.flush_mib) * 1048576.0 / 3.0e12;
-  int timed_variants = 1 + static_cast<int>(o.floor_shapes.empty() ? kFloorShapeCount : o.floor_shapes.size());
+  int timed_variants = 1 + static_cast<int>(o.floor_shapes.empty() ? kFloorKernelCount : o.floor_shapes.size());
   if (o.tuning == "both") ++timed_variants;
   if (o.routes != "selector") timed_variants += 2;  // a guess at the routes timed per cell
   double s = 0;

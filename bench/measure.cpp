@@ -176,7 +176,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
     }
     t.status = "ok";
     t.device = *us;
-    if (m.floor_shape.empty() || t.device.median < m.floor_us) {
+    if (kFloorShapes[static_cast<size_t>(sh)].ctas_per_sm == 0 && (m.floor_shape.empty() || t.device.median < m.floor_us)) {
       m.floor_us = t.device.median;
       m.floor_shape = t.route;
     }

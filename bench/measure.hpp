@@ -69,6 +69,7 @@ struct Bench {
   nlohmann::json gpu = nlohmann::json::object();
   nlohmann::json kernels_info = nlohmann::json::object();  // compile times, registers
   int sms = 0;
+  int smem_per_sm = 0;  // bytes of shared memory per SM
   std::string arch;
   double copy_gbps = 0;
   Summary copy_us, memset_host_us;
