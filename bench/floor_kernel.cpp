@@ -309,9 +309,13 @@ Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, in
           // Padding that lets ctas_per_sm CTAs share an SM and not one more
           // (each CTA also holds its static shared memory and 1 KiB the
           // system reserves, so ctas_per_sm + 1 pads alone overflow).
+          // The shapes of one kernel share its function: its limit only grows.
           e.pad_bytes = static_cast<unsigned>(smem_per_sm / (shape.ctas_per_sm + 1) + 1);
-          BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                         static_cast<int>(e.pad_bytes)));
+          int limit = 0;
+          BENCH_CU(f->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.fn));
+          if (limit < static_cast<int>(e.pad_bytes))
+            BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           static_cast<int>(e.pad_bytes)));
         }
         int per_sm = 0;
         BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
