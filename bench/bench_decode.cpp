@@ -345,6 +345,10 @@ int main(int argc, char** argv) {
                  "floor launch shapes to try (default: cta256,split4x128,persist4x128); also diagnostic ones, not "
                  "counted as the floor: cta256x2, cta256x3, cta256x4 (cta256 at most 2, 3, 4 CTAs per SM)")
       ->delimiter(',');
+  app.add_option("--floor-spin-cycles", o.floor_spin_cycles,
+                 "diagnostic floor shapes only: clock cycles each thread waits between its state loads landing and "
+                 "its stores (a stand-in for the op's arithmetic)")
+      ->capture_default_str();
   app.add_option("--iters", o.iters, "timed graph replays per measurement")->capture_default_str();
   app.add_option("--host-calls", o.host_calls, "calls of the host-cost loops (cut for slow kernels)")
       ->capture_default_str();
@@ -386,6 +390,8 @@ int main(int argc, char** argv) {
     return bad(fmt::format("--flush-mib: expected 1..65536, got {}", o.flush_mib));
   if (!(o.time_limit_s > 0)) return bad(fmt::format("--time-limit: expected > 0 s, got {}", o.time_limit_s));
   if (!(o.gpu_timeout_s > 0)) return bad(fmt::format("--gpu-timeout: expected > 0 s, got {}", o.gpu_timeout_s));
+  if (o.floor_spin_cycles < 0 || o.floor_spin_cycles > 100000000)
+    return bad(fmt::format("--floor-spin-cycles: expected 0..100000000, got {}", o.floor_spin_cycles));
   if (o.jobs < 0 || o.jobs > 1024) return bad(fmt::format("--jobs: expected 0..1024, got {}", o.jobs));
   if (o.tuning != "off" && o.tuning != "on" && o.tuning != "both")
     return bad(fmt::format("--tuning: expected off, on or both, got '{}'", o.tuning));

@@ -202,6 +202,18 @@ __device__ __forceinline__ void floor_item(const FloorParams& p, int n, int h, i
     conv_ds_packed<MAXT, NT, PARTS>(p, h, part, row0, L, a, ck[0], hidden);
   tokens<NT, PARTS>(p, h, part, row0, L, !PACKED && p.conv_ds, hidden);
 
+  if (p.spin_cycles > 0) {
+    // Diagnostic: a stand-in for the op's arithmetic between its loads and
+    // its stores. The xor reads every loaded vector, so the spin starts when
+    // the last of them has landed.
+    u32 acc = 0;
+#pragma unroll
+    for (int i = 0; i < NV_T; ++i) acc ^= s[i].x;
+    const long long end = clock64() + p.spin_cycles + (acc == 0x9e3779b9u ? 1 : 0);
+    while (clock64() < end) {
+    }
+  }
+
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) {
     if (t < L) {

@@ -64,6 +64,7 @@ BENCH_SHARED_CODE(kFloorParamsText, struct FloorParams {
   long long conv_slot, conv_chan, conv_tap;
   long long state_slot;
   int heads, items, tokens, conv_ds;
+  int spin_cycles;  // > 0: each thread spins this many clock cycles after its state loads land, before its stores
 };)
 
 // The NVRTC source of every floor kernel (entry names: floor_<op>_<state>_<shape>).

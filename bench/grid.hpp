@@ -21,6 +21,7 @@ struct Options {
   std::string tuning = "off";       // off | on | both
   bool pdl = false;
   std::vector<std::string> floor_shapes;  // empty: every shape
+  int floor_spin_cycles = 0;  // diagnostic floor shapes: clock cycles between a thread's state loads landing and its stores
   int iters = 200;
   int host_calls = 1000;
   std::string json_path, commit, cache_dir;

@@ -163,7 +163,9 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
     t.key = floor_entry(c.op, c.state, sh);
     t.route = kFloorShapes[static_cast<size_t>(sh)].name;
     Result<Summary> us = Error(ErrorCode::internal, "not run");
-    if (auto g = capture_graph(s, timeout, [&] { return b.floor.launch(sh, c, fp, s); }))
+    FloorParams shape_fp = fp;
+    if (kFloorShapes[static_cast<size_t>(sh)].ctas_per_sm > 0) shape_fp.spin_cycles = b.opt.floor_spin_cycles;
+    if (auto g = capture_graph(s, timeout, [&] { return b.floor.launch(sh, c, shape_fp, s); }))
       us = time_graph(b.timing, **g, /*flush=*/true);
     else
       us = std::move(g).error();

@@ -158,6 +158,7 @@ json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vect
         {"pdl", o.pdl},
         {"warm", o.warm},
         {"floor_shapes", shapes},
+        {"floor_spin_cycles", o.floor_spin_cycles},
         {"flush_bytes", b.flush.bytes()},
         {"copy_bytes", static_cast<int64_t>(o.copy_mib) << 20},
         {"copy_reps", o.copy_reps},
