@@ -306,6 +306,25 @@ int FloorKernels::index(kdajit_op_t op, kdajit_dtype_t state, int shape) {
   return ((op == KDAJIT_OP_PACKED ? 2 : 0) + (state == KDAJIT_DTYPE_BF16 ? 1 : 0)) * kFloorShapeCount + shape;
 }
 
+Status FloorKernels::hold_occupancy(Entry& e, const FloorShape& shape, int smem_per_sm) {
+  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  // Padding that lets ctas_per_sm CTAs share an SM and not one more (each CTA
+  // also holds its static shared memory and 1 KiB the system reserves, so
+  // ctas_per_sm + 1 pads alone overflow). The shapes of one kernel share its
+  // function: its limit only grows.
+  e.pad_bytes = static_cast<unsigned>(smem_per_sm / (shape.ctas_per_sm + 1) + 1);
+  int limit = 0;
+  BENCH_CU(f->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.fn));
+  if (limit < static_cast<int>(e.pad_bytes))
+    BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(e.pad_bytes)));
+  int per_sm = 0;
+  BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
+  if (per_sm < 1 || per_sm > shape.ctas_per_sm)
+    return Error(ErrorCode::internal, fmt::format("{} CTAs per SM with {} bytes of padding, expected 1..{}", per_sm,
+                                                  e.pad_bytes, shape.ctas_per_sm));
+  return {};
+}
+
 Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, int max_tokens) {
   KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
   KDAJIT_TRY(module_.load(cubin));
@@ -318,24 +337,17 @@ Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, in
         const std::string name = floor_entry(op, st, sh);
         KDAJIT_TRY_ASSIGN(e.fn, module_.function(name.c_str()));
         if (shape.ctas_per_sm > 0) {
-          // Padding that lets ctas_per_sm CTAs share an SM and not one more
-          // (each CTA also holds its static shared memory and 1 KiB the
-          // system reserves, so ctas_per_sm + 1 pads alone overflow).
-          // The shapes of one kernel share its function: its limit only grows.
-          e.pad_bytes = static_cast<unsigned>(smem_per_sm / (shape.ctas_per_sm + 1) + 1);
-          int limit = 0;
-          BENCH_CU(f->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.fn));
-          if (limit < static_cast<int>(e.pad_bytes))
-            BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           static_cast<int>(e.pad_bytes)));
+          // A diagnostic shape that cannot be held to its occupancy here
+          // fails its own launches, not the floor.
+          if (Status held = hold_occupancy(e, shape, smem_per_sm); !held) {
+            e.fn = nullptr;
+            e.error = fmt::format("{} as {}: {}", name, shape.name, held.error().message);
+            continue;
+          }
         }
         int per_sm = 0;
         BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
         if (per_sm < 1) return Error(ErrorCode::cuda, fmt::format("{}: occupancy of 0 CTAs per SM", name));
-        if (shape.ctas_per_sm > 0 && per_sm > shape.ctas_per_sm)
-          return Error(ErrorCode::internal, fmt::format("{} as {}: {} CTAs per SM with {} bytes of padding, expected "
-                                                        "at most {}", name, shape.name, per_sm, e.pad_bytes,
-                                                        shape.ctas_per_sm));
         e.resident_ctas = per_sm * sms;
         BENCH_CU(f->cuFuncGetAttribute(&e.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, e.fn));
       }
@@ -352,6 +364,7 @@ Status FloorKernels::launch(int shape, const Cell& c, const FloorParams& p, cuda
     return Error(ErrorCode::internal, fmt::format("floor kernel built for T <= {}, got T = {}", max_tokens_, c.tokens));
   const FloorShape& sh = kFloorShapes[static_cast<size_t>(shape)];
   const Entry& e = entries_[static_cast<size_t>(index(c.op, c.state, shape))];
+  if (!e.fn) return Error(ErrorCode::cuda, e.error);
   CUlaunchConfig cfg{};
   cfg.blockDimX = static_cast<unsigned>(sh.threads);
   cfg.blockDimY = cfg.blockDimZ = 1;

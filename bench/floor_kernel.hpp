@@ -41,6 +41,11 @@ inline constexpr std::array<FloorShape, 6> kFloorShapes = {{
 }};
 inline constexpr int kFloorShapeCount = static_cast<int>(kFloorShapes.size());
 inline constexpr int kFloorKernelCount = 3;  // the first three shapes are the kernels and the floor
+static_assert([] {
+  for (int i = 0; i < kFloorShapeCount; ++i)
+    if ((kFloorShapes[static_cast<size_t>(i)].ctas_per_sm == 0) != (i < kFloorKernelCount)) return false;
+  return true;
+}(), "the floor shapes first, then the diagnostic ones");
 int floor_shape_index(const std::string& name);  // -1 if unknown
 
 // One struct, compiled by the host compiler here and, as text, by NVRTC (plain
@@ -91,7 +96,9 @@ class FloorKernels {
     int resident_ctas = 0;  // per GPU (occupancy x SMs)
     int registers = 0;
     unsigned pad_bytes = 0;  // dynamic shared memory of a diagnostic shape
+    std::string error;       // why a diagnostic shape has no function (fn null)
   };
+  static Status hold_occupancy(Entry& e, const FloorShape& shape, int smem_per_sm);
   static int index(kdajit_op_t op, kdajit_dtype_t state, int shape);
   Module module_;
   std::array<Entry, 4 * kFloorShapeCount> entries_{};
