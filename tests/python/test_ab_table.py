@@ -2,20 +2,16 @@
 kdajit_bench runs whose ratios are known (two variants, two rounds), and its
 argument errors; the table again from the merged JSON (--from); then on the
 committed A/B of the seventh session."""
-import contextlib
 import glob
-import importlib.util
-import io
 import json
 import os
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..", "bench")
-spec = importlib.util.spec_from_file_location("ab_table", os.path.join(BENCH, "ab_table.py"))
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+import bench_tools
+
+BENCH = bench_tools.BENCH
+tool = bench_tools.load("ab_table")
 
 
 def run(scale, rnd):
@@ -49,10 +45,7 @@ class AbTable(unittest.TestCase):
         self.dir.cleanup()
 
     def main(self, args):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = tool.main(args)
-        return code, out.getvalue(), err.getvalue()
+        return bench_tools.run_main(tool, args)
 
     def test_table_and_merged_json(self):
         code, out, _ = self.main(["--out", self.out, "--about", "synthetic", *self.specs])

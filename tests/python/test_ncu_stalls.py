@@ -1,16 +1,14 @@
 """bench/ncu_stalls.py: the per-stretch stall report of an ncu source page, on a
 synthetic page whose sums are known, and its errors on a file that is not one."""
 import contextlib
-import importlib.util
 import io
 import os
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("ncu_stalls", os.path.join(HERE, "..", "..", "bench", "ncu_stalls.py"))
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+import bench_tools
+
+tool = bench_tools.load("ncu_stalls")
 
 HEAD = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
         '"Instructions Executed","stall_barrier","stall_long_sb","stall_selected","stall_barrier (Not Issued)"')

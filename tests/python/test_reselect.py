@@ -1,24 +1,15 @@
 """bench/reselect.py: a kdajit_bench grid (with every route forced) as the
 library's built-in bands select it, from the same run's forced timings (no GPU
 needed)."""
-import contextlib
-import importlib.util
-import io
 import json
 import os
 import tempfile
 import unittest
 
-import kdajit
+import bench_tools
+from bench_tools import PACKED, SINGLE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOOL = os.path.join(HERE, "..", "..", "bench", "reselect.py")
-spec = importlib.util.spec_from_file_location("reselect", TOOL)
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
-
-SINGLE = "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_{}.sm_90"
-PACKED = "kda_packed.h64.state_bf16.conv_sd.t4.gate_bounded.route_{}.sm_90"
+tool = bench_tools.load("reselect")
 
 
 def timing(key, us, floor):
@@ -35,11 +26,7 @@ def cell(name, op, key_fmt, rows, tokens, selected, times, floor=5.0):
 class Reselect(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        # On 132 SMs: split4 for single f32 H = 8, R = 1; rowcta for packed bf16
-        # H = 64, N = 2, T = 4 (128 sequence-heads).
-        self.assertIn("route_split4", kdajit.key_for(8, rows=1, arch="sm_90", sm_count=132))
-        self.assertIn("route_rowcta", kdajit.key_for(64, rows=2, op="packed", tokens=4, state_dtype="bf16",
-                                                     arch="sm_90", sm_count=132))
+        bench_tools.check_band_cells(self)
         self.grid = {"gpu": {"sms": 132}, "configs": [
             cell("single h8 r1 f32 sd", "single", SINGLE, 1, 1, "rowcta", {"rowcta": 8.0, "split4": 7.0}),
             cell("packed h64 n2 t4 bf16 sd", "packed", PACKED, 8, 4, "rowcta", {"rowcta": 14.0, "stream": 15.0}),
@@ -53,14 +40,12 @@ class Reselect(unittest.TestCase):
         dst = os.path.join(self.dir.name, "new.json")
         with open(src, "w") as f:
             json.dump(grid, f)
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = tool.main([src, "--out", dst, *args])
+        rc, out, err = bench_tools.run_main(tool, [src, "--out", dst, *args])
         new = None
         if rc == 0:
             with open(dst) as f:
                 new = json.load(f)
-        return rc, out.getvalue(), err.getvalue(), new
+        return rc, out, err, new
 
     def test_the_bands_route_and_its_forced_timing(self):
         rc, out, err, new = self.run_tool(self.grid)

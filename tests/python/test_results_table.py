@@ -4,18 +4,16 @@ kdajit_bench JSON, --fit (device time = fixed + per-MB cost per family),
 committed run."""
 import contextlib
 import glob
-import importlib.util
 import io
 import json
 import os
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..", "bench")
-spec = importlib.util.spec_from_file_location("results_table", os.path.join(BENCH, "results_table.py"))
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+import bench_tools
+
+BENCH = bench_tools.BENCH
+tool = bench_tools.load("results_table")
 
 
 def cell(op, heads, count, tokens, state, mb, us, floor_us, route, forced):

@@ -2,40 +2,26 @@
 compares each cell's built-in route, as the library selects it, with the
 fastest measured route (no GPU needed)."""
 import contextlib
-import importlib.util
 import io
 import json
 import os
 import tempfile
 import unittest
 
-import kdajit
+import bench_tools
+from bench_tools import PACKED, SINGLE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOOL = os.path.join(HERE, "..", "..", "bench", "tune_vs_selector.py")
-spec = importlib.util.spec_from_file_location("tune_vs_selector", TOOL)
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
-
-SINGLE = "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_{}.sm_90"
-PACKED = "kda_packed.h64.state_bf16.conv_sd.t4.gate_bounded.route_{}.sm_90"
+tool = bench_tools.load("tune_vs_selector")
 
 
 def run(path, *args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = tool.main([path, *args])
-    return rc, out.getvalue(), err.getvalue()
+    return bench_tools.run_main(tool, [path, *args])
 
 
 class TuneVsSelector(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        # On 132 SMs the bands pick split4 for single H = 8, R = 1 (8 CTAs x 8 <= 132)
-        # and rowcta for packed bf16 H = 64, N = 2, T = 4 (128 sequence-heads).
-        self.assertIn("route_split4", kdajit.key_for(8, rows=1, arch="sm_90", sm_count=132))
-        self.assertIn("route_rowcta", kdajit.key_for(64, rows=2, op="packed", tokens=4, state_dtype="bf16",
-                                                     arch="sm_90", sm_count=132))
+        bench_tools.check_band_cells(self)
 
     def tearDown(self):
         self.dir.cleanup()
