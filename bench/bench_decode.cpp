@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty())
     for (int i = 0; i < kFloorKernelCount; ++i) shapes.push_back(i);
-  if (std::none_of(shapes.begin(), shapes.end(), [](int i) { return kFloorShapes[static_cast<size_t>(i)].ctas_per_sm == 0; }))
+  if (std::all_of(shapes.begin(), shapes.end(), [](int i) { return kFloorShapes[static_cast<size_t>(i)].diagnostic(); }))
     return bad("--floor-shapes: expected at least one floor shape (cta256, split4x128, persist4x128) beside the "
                "diagnostic ones");
 

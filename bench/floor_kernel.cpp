@@ -336,7 +336,7 @@ Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, in
         const FloorShape& shape = kFloorShapes[static_cast<size_t>(sh)];
         const std::string name = floor_entry(op, st, sh);
         KDAJIT_TRY_ASSIGN(e.fn, module_.function(name.c_str()));
-        if (shape.ctas_per_sm > 0) {
+        if (shape.diagnostic()) {
           // A diagnostic shape that cannot be held to its occupancy here
           // fails its own launches, not the floor.
           if (Status held = hold_occupancy(e, shape, smem_per_sm); !held) {

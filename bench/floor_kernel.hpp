@@ -28,6 +28,7 @@ struct FloorShape {
   bool persistent;  // grid = resident CTAs, looping over the (item, head, part) work
   int ctas_per_sm;  // > 0: diagnostic, at most this many resident CTAs per SM (dynamic
                     // shared memory as padding); not a floor
+  constexpr bool diagnostic() const { return ctas_per_sm > 0; }
 };
 inline constexpr std::array<FloorShape, 6> kFloorShapes = {{
     {"cta256", "cta256", 1, 256, false, 0},
@@ -43,7 +44,7 @@ inline constexpr int kFloorShapeCount = static_cast<int>(kFloorShapes.size());
 inline constexpr int kFloorKernelCount = 3;  // the first three shapes are the kernels and the floor
 static_assert([] {
   for (int i = 0; i < kFloorShapeCount; ++i)
-    if ((kFloorShapes[static_cast<size_t>(i)].ctas_per_sm == 0) != (i < kFloorKernelCount)) return false;
+    if (kFloorShapes[static_cast<size_t>(i)].diagnostic() != (i >= kFloorKernelCount)) return false;
   return true;
 }(), "the floor shapes first, then the diagnostic ones");
 int floor_shape_index(const std::string& name);  // -1 if unknown

@@ -159,12 +159,13 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
   // 2. The floor, every shape on the same buffers.
   KDAJIT_TRY_ASSIGN(const FloorParams fp, floor_params(c, a));
   for (int sh : b.floor_shapes) {
+    const FloorShape& shape = kFloorShapes[static_cast<size_t>(sh)];
     RouteTiming& t = m.floor_shapes.emplace_back();
     t.key = floor_entry(c.op, c.state, sh);
-    t.route = kFloorShapes[static_cast<size_t>(sh)].name;
+    t.route = shape.name;
     Result<Summary> us = Error(ErrorCode::internal, "not run");
     FloorParams shape_fp = fp;
-    if (kFloorShapes[static_cast<size_t>(sh)].ctas_per_sm > 0) shape_fp.spin_cycles = b.opt.floor_spin_cycles;
+    if (shape.diagnostic()) shape_fp.spin_cycles = b.opt.floor_spin_cycles;
     if (auto g = capture_graph(s, timeout, [&] { return b.floor.launch(sh, c, shape_fp, s); }))
       us = time_graph(b.timing, **g, /*flush=*/true);
     else
@@ -178,7 +179,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
     }
     t.status = "ok";
     t.device = *us;
-    if (kFloorShapes[static_cast<size_t>(sh)].ctas_per_sm == 0 && (m.floor_shape.empty() || t.device.median < m.floor_us)) {
+    if (!shape.diagnostic() && (m.floor_shape.empty() || t.device.median < m.floor_us)) {
       m.floor_us = t.device.median;
       m.floor_shape = t.route;
     }
