@@ -32,12 +32,11 @@ void add_routes_command(CLI::App& app) {
           k.tokens = op == Op::single ? 1 : 2;
           k.state = st;
           k.route = r.route;
-          threads[fmt::format("{}.{}", to_string(op), to_string(st))] = r.threads(k);
-          ctas[fmt::format("{}.{}", to_string(op), to_string(st))] = r.occupancy_for(k);
+          const std::string family = fmt::format("{}.{}", to_string(op), to_string(st));
+          threads[family] = r.threads(k);
+          ctas[family] = r.occupancy_for(k);
           // Shared-memory state stages (route stream): dynamic shared memory per CTA.
-          if (r.stage_count(k) > 0)
-            smem[fmt::format("{}.{}", to_string(op), to_string(st))] = {{"stages", r.stage_count(k)},
-                                                                         {"bytes", r.dynamic_smem_bytes(k)}};
+          if (r.stage_count(k) > 0) smem[family] = {{"stages", r.stage_count(k)}, {"bytes", r.dynamic_smem_bytes(k)}};
         }
       }
       arr.push_back({{"name", r.name()},
