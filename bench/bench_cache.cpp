@@ -13,7 +13,7 @@
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/presets.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/device/registry.hpp"
 

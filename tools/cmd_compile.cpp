@@ -20,7 +20,7 @@
 #include "kdajit/presets.hpp"
 #include "kdajit/source_generator.hpp"
 #include "kdajit/parallel.hpp"
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 
 namespace kdajit::cli {
 

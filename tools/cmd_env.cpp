@@ -16,8 +16,8 @@
 #include "commands.hpp"
 #include "kdajit/cache.hpp"
 #include "kdajit/kdajit_version.h"
-#include "kdajit/runtime/build/compile.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 extern char** environ;

@@ -12,7 +12,7 @@
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/routes.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/sha256.hpp"
 

@@ -17,7 +17,7 @@
 #include "kdajit/log.hpp"
 #include "kdajit/parallel.hpp"
 #include "kdajit/presets.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 
 namespace kdajit::cli {
 

@@ -6,7 +6,7 @@
 
 #include "commands.hpp"
 #include "kdajit/presets.hpp"
-#include "kdajit/runtime/call/tune.hpp"
+#include "kdajit/runtime/tune/tune.hpp"
 
 namespace kdajit::cli {
 

@@ -198,7 +198,7 @@ PyObject* hp_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       g.scratch[kXDeviceType] != static_cast<int64_t>(c10::DeviceType::CUDA) || !g.raw_stream)
     return not_handled();
   const long dev_index = static_cast<long>(g.scratch[kXDeviceIndex]);
-  // torch's current stream of x's device, as _ops._launch reads it.
+  // torch's current stream of x's device, as _launch._launch reads it.
   PyObject* idx = PyLong_FromLong(dev_index);
   if (!idx) return nullptr;
   PyObject* s = PyObject_CallOneArg(g.raw_stream, idx);

@@ -12,8 +12,8 @@ library when torch's C++ headers are there; `hotpath_info()` says whether it is 
 from ._abi import ABI_VERSION as __version__
 from ._abi import KdajitError, LibraryNotFound, library_path, nvrtc_candidates, version
 from ._config import PrewarmResult, Support, key_for, keys_for, prewarm, supported
-from ._ops import hotpath_info
-from ._decode import HAS_CUSTOM_OPS, dry_run, fused_kda_decode, packed_fused_kda_decode, selected_key
+from ._launch import hotpath_info
+from ._ops import HAS_CUSTOM_OPS, dry_run, fused_kda_decode, packed_fused_kda_decode, selected_key
 from ._runtime import Runtime, configure, runtime
 
 __all__ = [

@@ -48,7 +48,7 @@ def summary_and_exit(line):
 
 
 class Recorder:
-    """Wraps kdajit._ops.single_impl (which the eager path and the custom op's real
+    """Wraps kdajit._launch.single_impl (which the eager path and the custom op's real
     implementation both call) and records what each call got."""
 
     def __init__(self, ops):
@@ -195,7 +195,7 @@ def main(argv=None):
         return summary_and_exit(f"diag_compile_view: skipped: {e}")
     import kda_testing as kt
     import kdajit
-    from kdajit import _ops
+    from kdajit import _launch
 
     print(f"kdajit {kdajit.version()}, torch {torch.__version__}, device "
           f"{'cpu (fake: the C++ reference for the kernels)' if tg.FAKE else torch.cuda.get_device_name()}")
@@ -223,7 +223,7 @@ def main(argv=None):
         scenarios += [("shared/inductor", True, True, "inductor"), ("owned/inductor", True, False, "inductor"),
                       ("owned/aot_eager", True, False, "aot_eager"), ("ds/inductor", False, False, "inductor")]
     results = {}
-    with Recorder(_ops) as rec:
+    with Recorder(_launch) as rec:
         for name, conv_as_view, shared, backend in scenarios:
             try:
                 facts, lines = run_scenario(tg, kt, rec, name, conv_as_view, shared, backend)

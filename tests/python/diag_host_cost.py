@@ -12,7 +12,7 @@ median / p10 / p25 / p75 / p90 in us of back-to-back calls of each stage:
   call          the public function, everything (what host_cost.py reports)
   python        the same with the C entry point stubbed
   python-gc-off the same with the garbage collector off
-  impl          _ops.single_impl / packed_impl called directly (stubbed): python - impl
+  impl          _launch.single_impl / packed_impl called directly (stubbed): python - impl
                 is the public wrapper (output check, custom-op test, argument passing)
   is_compiling  torch.compiler.is_compiling (the wrapper calls it on every call)
   key           the mapping cache key: shape, stride(), dtype, get_device() of every tensor
@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import kda_testing as kt  # noqa: E402
 from host_cost import probe, timed  # noqa: E402  (the same timing loop and machine probe)
 import kdajit  # noqa: E402
-from kdajit import _abi, _decode, _ops  # noqa: E402
+from kdajit import _abi, _ops, _launch  # noqa: E402
 
 SINGLE_NAMES = ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices", "state",
                 "output_gate", "norm_weight", "output")
@@ -101,15 +101,15 @@ class Op:
         if op == "single":
             self.p = kt.make_problem("single", 32, 32, device=device, seed=1)
             self.fn = kdajit.fused_kda_decode
-            self.impl = _ops.single_impl
-            self.cache = _ops._cache_single
+            self.impl = _launch.single_impl
+            self.cache = _launch._cache_single
             self.names = SINGLE_NAMES
             self.code = _abi.OP_SINGLE
         else:
             self.p = kt.make_problem("packed", 32, tokens=4, seqs=8, device=device, seed=1)
             self.fn = kdajit.packed_fused_kda_decode
-            self.impl = _ops.packed_impl
-            self.cache = _ops._cache_packed
+            self.impl = _launch.packed_impl
+            self.cache = _launch._cache_packed
             self.names = PACKED_NAMES
             self.code = _abi.OP_PACKED
         self.kw = self.p.kwargs()
@@ -119,7 +119,7 @@ class Op:
         self.ptr_fn = generated(self.names, lambda n: f"{n}.data_ptr()")
 
     def pack_args(self):
-        """The arguments of _ops._pack for this call, rebuilt from the cached mapping."""
+        """The arguments of _launch._pack for this call, rebuilt from the cached mapping."""
         m = self.cache[self.key_fn(*self.tensors)]
         ptrs = list(self.ptr_fn(*self.tensors)) + [0] * (len(_abi.TENSOR_FIELDS) - len(self.names))
         args = []
@@ -132,22 +132,22 @@ class Op:
 
 
 def stage_times(o, calls, sync, cpu, c, stub):
-    """{stage: [us...]} for one op; stub is the stand-in for _ops._launch."""
+    """{stage: [us...]} for one op; stub is the stand-in for _launch._launch."""
     res = {}
-    real_launch = _ops._launch
+    real_launch = _launch._launch
     if not cpu:
         res["call"] = timed(lambda: o.fn(**o.kw), calls, sync)
     else:
-        _ops._launch = lambda fn_index, op, args, mapping: c[2](fn_index, args)
+        _launch._launch = lambda fn_index, op, args, mapping: c[2](fn_index, args)
         res["call"] = timed(lambda: o.fn(**o.kw), calls, sync)
     captured = {}
 
     def capture(fn_index, op, args, mapping):
         captured["args"], captured["mapping"] = args, mapping
 
-    _ops._launch = capture
+    _launch._launch = capture
     o.fn(**o.kw)
-    _ops._launch = stub
+    _launch._launch = stub
     fn, kw, impl, impl_args = o.fn, o.kw, o.impl, o.impl_args
     res["python"] = timed(lambda: fn(**kw), calls, sync)
     gc.disable()
@@ -156,8 +156,8 @@ def stage_times(o, calls, sync, cpu, c, stub):
     finally:
         gc.enable()
     res["impl"] = timed(lambda: impl(*impl_args), calls, sync)
-    _ops._launch = real_launch
-    res["is_compiling"] = timed(_decode._is_compiling, calls, sync)
+    _launch._launch = real_launch
+    res["is_compiling"] = timed(_ops._is_compiling, calls, sync)
     key_fn, ptr_fn, tensors = o.key_fn, o.ptr_fn, o.tensors
     res["key"] = timed(lambda: key_fn(*tensors), calls, sync)
     res["data_ptrs"] = timed(lambda: ptr_fn(*tensors), calls, sync)
@@ -168,17 +168,17 @@ def stage_times(o, calls, sync, cpu, c, stub):
     get = o.cache.get
     res["dict_get"] = timed(lambda: get(next(keys)), calls, sync)
     args, m = o.pack_args()
-    if _ops._pack(*args) != captured["args"]:
+    if _launch._pack(*args) != captured["args"]:
         print(f"note: {o.op}: the rebuilt pack arguments differ from the call's bytes", file=sys.stderr)
-    pack = _ops._pack
+    pack = _launch._pack
     res["pack"] = timed(lambda: pack(*args), calls, sync)
-    res["handle"] = timed(_ops._handle, calls, sync)
+    res["handle"] = timed(_launch._handle, calls, sync)
     if not cpu:
         dev = m.device
-        rs, cd = _ops._raw_stream, _ops._current_device
+        rs, cd = _launch._raw_stream, _launch._current_device
         res["stream"] = timed(lambda: rs(dev), calls, sync)
         res["cur_device"] = timed(cd, calls, sync)
-        entry, handle, stream, packed = c[o.code], _ops._handle(), rs(dev), captured["args"]
+        entry, handle, stream, packed = c[o.code], _launch._handle(), rs(dev), captured["args"]
         res["c_launch"] = timed(lambda: entry(handle, packed, stream), calls, sync)
     code, packed = o.code, captured["args"]
     validate = c[2]
@@ -201,8 +201,8 @@ def attribute_costs(o, number=20000):
 def interleaved(ops, calls, sync, stub, block=100):
     """The python stage of the ops, and the probe after each, in alternating blocks:
     {op: [us...], op + " probe": [us...]}."""
-    real = _ops._launch
-    _ops._launch = stub
+    real = _launch._launch
+    _launch._launch = stub
     out = {}
     try:
         for _ in range(max(1, calls // block)):
@@ -211,7 +211,7 @@ def interleaved(ops, calls, sync, stub, block=100):
                 out.setdefault(o.op, []).extend(timed(lambda: fn(**kw), block, sync, warm=5))
                 out.setdefault(o.op + " probe", []).extend(timed(probe, block, sync, warm=5))
     finally:
-        _ops._launch = real
+        _launch._launch = real
     return out
 
 
@@ -228,23 +228,23 @@ def main(argv=None):
     if not args.cpu and not torch.cuda.is_available():
         print("diag_host_cost: no CUDA device: run with --cpu for the host-side breakdown")
         return 77
-    c = _ops._c or _ops._bind()
+    c = _launch._c or _launch._bind()
     # The stages below take the pure-Python path apart: kdajit._hotpath (the C++
     # cache-hit path, which host_cost.py's call column goes through) is set aside.
     hot_info = kdajit.hotpath_info()
-    _ops._hot = None
+    _launch._hot = None
     sync = (lambda: None) if args.cpu else torch.cuda.synchronize
     device = "cpu" if args.cpu else "cuda"
-    real_check = _ops._check_torch_side
+    real_check = _launch._check_torch_side
     if args.cpu:
-        _ops._allow_host_tensors = True
+        _launch._allow_host_tensors = True
         # Host tensors get a device check on every call (get_device() is -1 for every
         # host device); CUDA calls do not: left out, as host_cost.py --cpu does.
-        _ops._check_torch_side = lambda spec, tensors: None
+        _launch._check_torch_side = lambda spec, tensors: None
 
     def stub(fn_index, op, packed, mapping):  # what host_cost.py's python column runs instead of the C call
         if mapping.device >= 0:
-            _ops._raw_stream(mapping.device)
+            _launch._raw_stream(mapping.device)
 
     print(f"kdajit {kdajit.version()} ({kdajit.library_path()[1]}), torch {torch.__version__}, Python "
           f"{sys.version.split()[0]}, {'host tensors' if args.cpu else torch.cuda.get_device_name()}, "
@@ -255,7 +255,7 @@ def main(argv=None):
     ops = [Op("single", device), Op("packed", device)]
     if not args.cpu:
         print(f"current stream of cuda:{torch.cuda.current_device()}: "
-              f"{'the legacy default stream (raw 0)' if _ops._raw_stream(torch.cuda.current_device()) == 0 else 'a non-default stream'}")
+              f"{'the legacy default stream (raw 0)' if _launch._raw_stream(torch.cuda.current_device()) == 0 else 'a non-default stream'}")
     results = {}
     for o in ops:
         results[o.op] = {k: stats(v) for k, v in stage_times(o, args.calls, sync, args.cpu, c, stub).items()}
@@ -283,10 +283,10 @@ def main(argv=None):
     print("\npython stage, histogram of the calls (us: share):")
     hist = {}
     for o in ops:
-        real = _ops._launch
-        _ops._launch = stub
+        real = _launch._launch
+        _launch._launch = stub
         ts = timed(lambda: o.fn(**o.kw), args.calls, sync)
-        _ops._launch = real
+        _launch._launch = real
         hist[o.op] = histogram(ts)
         print(f"  {o.op:6s}: {hist[o.op]}")
         ts = timed(probe, args.calls, sync)
@@ -302,22 +302,22 @@ def main(argv=None):
     if not args.cpu:
         # The same problems as host tensors, same process: does the python side
         # depend on the tensors being CUDA tensors?
-        _ops._allow_host_tensors = True
-        _ops._check_torch_side = lambda spec, tensors: None
+        _launch._allow_host_tensors = True
+        _launch._check_torch_side = lambda spec, tensors: None
         try:
             for op in ("single", "packed"):
                 o = Op(op, "cpu")
-                real = _ops._launch
-                _ops._launch = stub
+                real = _launch._launch
+                _launch._launch = stub
                 try:
                     host[op] = {"python": stats(timed(lambda: o.fn(**o.kw), args.calls, sync)),
                                 "key": stats(timed(lambda: o.key_fn(*o.tensors), args.calls, sync)),
                                 "data_ptrs": stats(timed(lambda: o.ptr_fn(*o.tensors), args.calls, sync))}
                 finally:
-                    _ops._launch = real
+                    _launch._launch = real
         finally:
-            _ops._allow_host_tensors = False
-            _ops._check_torch_side = real_check
+            _launch._allow_host_tensors = False
+            _launch._check_torch_side = real_check
         print("\nthe same problems as host tensors (python stage, key, data_ptrs):")
         for op, r in host.items():
             print(f"  {op:6s}: python {fmt(r['python'])}; key {r['key']['median']:.2f}; "

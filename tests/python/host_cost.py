@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kda_testing as kt  # noqa: E402
 
 import kdajit  # noqa: E402
-from kdajit import _ops  # noqa: E402
+from kdajit import _launch  # noqa: E402
 
 
 def timed(fn, calls, sync, warm=50):
@@ -81,30 +81,30 @@ def main(argv=None):
         print("no CUDA device: run with --cpu for the host-side estimate", file=sys.stderr)
         return 77
     device = "cpu" if args.cpu else "cuda"
-    c = _ops._c or _ops._bind()
+    c = _launch._c or _launch._bind()
     sync = (lambda: None) if args.cpu else torch.cuda.synchronize
-    real_launch = _ops._launch
+    real_launch = _launch._launch
     captured = {}
 
     if args.cpu:
         def stand_in(fn_index, op, packed, mapping):  # the C call a launch makes, minus the GPU
             c[2](fn_index, packed)
-        _ops._allow_host_tensors = True
-        _ops._launch = stand_in
+        _launch._allow_host_tensors = True
+        _launch._launch = stand_in
         # Host tensors get a device check on every call (get_device() cannot tell
         # host devices apart); CUDA calls do not: leave it out of the estimate.
-        _ops._check_torch_side = lambda spec, tensors: None
+        _launch._check_torch_side = lambda spec, tensors: None
 
     def capture_args(fn_index, op, packed, mapping):
         captured["args"] = packed
-        captured["stream"] = 0 if mapping.device < 0 else _ops._raw_stream(mapping.device)
+        captured["stream"] = 0 if mapping.device < 0 else _launch._raw_stream(mapping.device)
 
     configs = [("single", 8, 1), ("single", 32, 32), ("single", 64, 256), ("packed", 32, 8)]
     print(f"kdajit {kdajit.version()} ({kdajit.library_path()[1]}), torch {torch.__version__}, "
           f"{'host tensors, validate_args for the launch' if args.cpu else torch.cuda.get_device_name()}")
     hot_info = kdajit.hotpath_info()
     print(f"kdajit._hotpath: {'on' if hot_info['enabled'] else 'off'} ({hot_info['reason']})")
-    handle = _ops._handle()
+    handle = _launch._handle()
     cases = []
     for op, heads, n in configs:
         if op == "single":
@@ -113,10 +113,10 @@ def main(argv=None):
             p = kt.make_problem("packed", heads, tokens=4, seqs=n, device=device, seed=1)
         kw = p.kwargs()
         fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
-        launch = _ops._launch
-        _ops._launch = capture_args
+        launch = _launch._launch
+        _launch._launch = capture_args
         fn(**kw)  # the bytes (and stream) this call passes, for the bare C call
-        _ops._launch = launch
+        _launch._launch = launch
         packed, stream = captured["args"], captured["stream"]
         if args.cpu:
             code = 0 if op == "single" else 1
@@ -134,14 +134,14 @@ def main(argv=None):
             t["call"] += timed(case["fn"], per_round, sync, warm)  # through kdajit._hotpath when it is in use
             # The pure-Python path (kdajit._hotpath set aside): the whole call, then
             # its Python side alone (the C entry point stubbed).
-            hot = _ops._hot
-            _ops._hot = None
+            hot = _launch._hot
+            _launch._hot = None
             t["call_py"] += timed(case["fn"], per_round, sync, warm)
-            launch = _ops._launch
-            _ops._launch = capture_args
+            launch = _launch._launch
+            _launch._launch = capture_args
             t["python"] += timed(case["fn"], per_round, sync, warm)
-            _ops._launch = launch
-            _ops._hot = hot
+            _launch._launch = launch
+            _launch._hot = hot
             t["c"] += timed(case["bare"], per_round, sync, warm)
             t["probe"] += timed(probe, per_round, sync, warm)
     rows = []
@@ -161,8 +161,8 @@ def main(argv=None):
     probes = [r["probe"]["median"] for r in rows]
     print(f"probe: median {statistics.median(probes):.2f} us over the configurations "
           f"(min {min(probes):.2f}, max {max(probes):.2f}); {args.rounds} interleaved rounds of {per_round} calls")
-    _ops._launch = real_launch
-    _ops._allow_host_tensors = False
+    _launch._launch = real_launch
+    _launch._allow_host_tensors = False
     worst = max(r["call"]["median"] for r in rows)
     worst_py = max(r["call_python_path"]["median"] for r in rows)
     print(f"host cost: worst median {worst:.2f} us per eager call (target <= 15 us"

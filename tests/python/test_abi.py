@@ -10,7 +10,7 @@ import unittest
 from kda_testing import SOURCE_DIR
 
 import kdajit
-from kdajit import _abi, _ops
+from kdajit import _abi, _launch
 
 HEADER = os.path.join(SOURCE_DIR, "runtime", "include", "kdajit", "kdajit.h")
 
@@ -51,7 +51,7 @@ class Layout(unittest.TestCase):
 
     def test_packer_writes_each_field_where_ctypes_reads_it(self):
         # Distinct values in every slot of the packed bytes, read back through ctypes.
-        chunk = ctypes.sizeof(_abi.Tensor) - _ops._PTR_BYTES
+        chunk = ctypes.sizeof(_abi.Tensor) - _launch._PTR_BYTES
         values = []
         for i in range(len(_abi.TENSOR_FIELDS)):
             t = _abi.Tensor()
@@ -59,10 +59,10 @@ class Layout(unittest.TestCase):
             for d in range(4):
                 t.shape[d] = 1000 * i + d
                 t.strides[d] = -(1000 * i + d)
-            values += [0x1000 + i, bytes(t)[_ops._PTR_BYTES:]]
+            values += [0x1000 + i, bytes(t)[_launch._PTR_BYTES:]]
             self.assertEqual(len(values[-1]), chunk)
         values += [1, -2.5, 0.25, 2, 0xABCDEF]
-        a = _abi.DecodeArgs.from_buffer_copy(_ops._PACKER.pack(*values))
+        a = _abi.DecodeArgs.from_buffer_copy(_launch._PACKER.pack(*values))
         for i, name in enumerate(_abi.TENSOR_FIELDS):
             t = getattr(a, name)
             self.assertEqual((t.data, t.dtype, t.ndim), (0x1000 + i, i % 3, (i % 4) + 1), name)

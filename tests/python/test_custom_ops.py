@@ -10,7 +10,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _decode, _ops
+from kdajit import _ops, _launch
 
 CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
 NEEDS = "torch.library.custom_op needs torch >= 2.4; this is " + torch.__version__
@@ -24,17 +24,17 @@ def tensors(op="single"):
 class Fallback(unittest.TestCase):
     def test_custom_ops_exactly_where_torch_has_them(self):
         self.assertEqual(kdajit.HAS_CUSTOM_OPS, CUSTOM_OP)
-        self.assertEqual(_decode._fused_op is not None, CUSTOM_OP)
+        self.assertEqual(_ops._fused_op is not None, CUSTOM_OP)
         if not CUSTOM_OP:
             # Plain functions: an eager call goes straight to the ctypes path.
             calls = []
-            launch = _ops._launch
-            _ops._launch = lambda *a: calls.append(a[1])
+            launch = _launch._launch
+            _launch._launch = lambda *a: calls.append(a[1])
             try:
                 tensors().call(kdajit)
                 tensors("packed").call(kdajit)
             finally:
-                _ops._launch = launch
+                _launch._launch = launch
             self.assertEqual(calls, ["fused_kda_decode", "packed_fused_kda_decode"])
 
 
@@ -49,23 +49,23 @@ class CustomOps(unittest.TestCase):
 
     def test_eager_calls_bypass_the_dispatcher(self):
         calls = []
-        launch = _ops._launch
-        _ops._launch = lambda *a: calls.append(a[1])
-        real = _decode._fused_op
-        _decode._fused_op = _Forbidden(real)
+        launch = _launch._launch
+        _launch._launch = lambda *a: calls.append(a[1])
+        real = _ops._fused_op
+        _ops._fused_op = _Forbidden(real)
         try:
             tensors().call(kdajit)
         finally:
-            _ops._launch = launch
-            _decode._fused_op = real
+            _launch._launch = launch
+            _ops._fused_op = real
         self.assertEqual(calls, ["fused_kda_decode"])
 
     def test_fake_tensors_go_through_the_fake_implementation(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         p = tensors()
-        launch = _ops._launch
-        _ops._launch = _forbidden_launch
+        launch = _launch._launch
+        _launch._launch = _forbidden_launch
         try:
             with FakeTensorMode(allow_non_fake_inputs=False) as mode:
                 fake = {k: (mode.from_tensor(v) if isinstance(v, torch.Tensor) else v) for k, v in p.kwargs().items()}
@@ -79,7 +79,7 @@ class CustomOps(unittest.TestCase):
                 out = kdajit.packed_fused_kda_decode(**fake)
                 self.assertEqual(tuple(out.shape), tuple(q.args["output"].shape))
         finally:
-            _ops._launch = launch
+            _launch._launch = launch
 
     def test_make_fx_records_the_op(self):
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -116,13 +116,13 @@ class CustomOps(unittest.TestCase):
                                            state, output_gate, norm_weight, 0.0, 1e-5, output)
 
         compiled = torch.compile(fn, backend=backend, fullgraph=True)
-        _ops._allow_host_tensors = True
+        _launch._allow_host_tensors = True
         try:
             with self.assertRaises(ValueError) as cm:
                 compiled(*[kw[k] for k in ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias",
                                            "state_indices", "state", "output_gate", "norm_weight", "output")])
         finally:
-            _ops._allow_host_tensors = False
+            _launch._allow_host_tensors = False
         self.assertTrue(str(cm.exception).startswith("lower_bound: expected a finite value < 0"), str(cm.exception))
         self.assertEqual(len(graphs), 1)
         text = str(graphs[0].graph)

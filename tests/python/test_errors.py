@@ -13,7 +13,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _ops
+from kdajit import _launch
 
 D = 128
 
@@ -154,10 +154,10 @@ PACKED_CASES = [
 
 class Violations(unittest.TestCase):
     def setUp(self):
-        _ops._allow_host_tensors = True
+        _launch._allow_host_tensors = True
 
     def tearDown(self):
-        _ops._allow_host_tensors = False
+        _launch._allow_host_tensors = False
 
     def assert_rejected(self, p, arg, exc, phrase, blamed=None, **override):
         blamed = blamed or arg
@@ -223,7 +223,7 @@ class Violations(unittest.TestCase):
             self.assert_rejected(p, arg, ValueError, "an empty tensor" if t.data_ptr() == 0 else phrase, **{arg: t})
 
     def test_host_tensors_are_rejected_by_a_real_call(self):
-        _ops._allow_host_tensors = False
+        _launch._allow_host_tensors = False
         p = single()
         before = storage_bytes(p.kwargs())
         with self.assertRaises(ValueError) as cm:

@@ -12,7 +12,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _abi, _ops
+from kdajit import _abi, _launch
 
 _spec = importlib.util.spec_from_file_location("vllm_kda_layer",
                                                os.path.join(kt.SOURCE_DIR, "examples", "vllm_kda_layer.py"))
@@ -106,16 +106,16 @@ class KdajitPath(unittest.TestCase):
         shim.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
 
         def reference_launch(fn_index, op, args, mapping):
-            c = _ops._c or _ops._bind()
+            c = _launch._c or _launch._bind()
             status = c[2](fn_index, args)
             if status:
-                raise _ops._fail(status, op, mapping)
+                raise _launch._fail(status, op, mapping)
             msg = ctypes.create_string_buffer(256)
             if shim(fn_index, args, msg, len(msg)):
                 raise AssertionError(msg.value.decode())
 
-        launch = _ops._launch
-        _ops._launch, _ops._allow_host_tensors = reference_launch, True
+        launch = _launch._launch
+        _launch._launch, _launch._allow_host_tensors = reference_launch, True
         try:
             for state_dtype, lower_bound in ((torch.float32, -5.0), (torch.bfloat16, None)):
                 kd, batch = layer_and_batch(rows=6, live=5, seed=14, state_dtype=state_dtype, lower_bound=lower_bound)
@@ -127,7 +127,7 @@ class KdajitPath(unittest.TestCase):
                     out_kd = kd(*batch.args(), out=batch.out)
                 ex.compare(kd, ref, out_kd, out_ref, 5, f"reference kernel, {state_dtype}")
         finally:
-            _ops._launch, _ops._allow_host_tensors = launch, False
+            _launch._launch, _launch._allow_host_tensors = launch, False
 
 
 class Command(unittest.TestCase):

@@ -21,7 +21,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _abi, _ops
+from kdajit import _abi, _launch
 
 FAKE = os.environ.get("KDAJIT_TEST_FAKE_DEVICE") == "1"
 NEEDS_CUDA = "needs a CUDA device (KDAJIT_TEST_FAKE_DEVICE=1 runs only the eager and error tests)"
@@ -33,17 +33,17 @@ if FAKE:
     _shim.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
 
     def _reference_launch(fn_index, op, args, mapping):
-        c = _ops._c or _ops._bind()
+        c = _launch._c or _launch._bind()
         status = c[2](fn_index, args)  # the library's validation, as the real entry points run it
         if status:
-            raise _ops._fail(status, op, mapping)
+            raise _launch._fail(status, op, mapping)
         msg = ctypes.create_string_buffer(512)
         status = _shim(fn_index, args, msg, len(msg))  # fn_index: 0 single, 1 packed (kdajit_op_t)
         if status:
             raise _abi.error_for(status, msg.value.decode())
 
-    _ops._allow_host_tensors = True
-    _ops._launch = _reference_launch
+    _launch._allow_host_tensors = True
+    _launch._launch = _reference_launch
 elif not torch.cuda.is_available():
     raise unittest.SkipTest("torch sees no CUDA device")  # the harness reports it as skipped (77)
 else:
@@ -150,7 +150,7 @@ class Hotpath(unittest.TestCase):
         if not info["enabled"] and not (info["path"] and os.path.exists(info["path"])):
             self.skipTest(f"kdajit._hotpath not built: {info['reason']}")
         self.assertTrue(info["enabled"], info)  # built but not loaded: a failure, not a skip
-        self.hot = _ops._hot_module
+        self.hot = _launch._hot_module
 
     def calls(self, op):
         return self.hot.stats()[op]

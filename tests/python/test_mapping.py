@@ -13,7 +13,7 @@ import torch
 from kda_testing import D, conv_pool, make_problem, padded_rows, state_pool
 
 import kdajit
-from kdajit import _abi, _ops
+from kdajit import _abi, _launch
 
 _CODES = {torch.float32: _abi.DTYPE_F32, torch.bfloat16: _abi.DTYPE_BF16, torch.int32: _abi.DTYPE_INT32}
 _FIELD = {"weight": "conv_weight"}
@@ -74,8 +74,8 @@ HOT_ORDER = ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_b
 
 def hotpath():
     """The loaded kdajit._hotpath module, or None (not built for this torch)."""
-    _ops.hotpath_info()
-    return _ops._hot_module
+    _launch.hotpath_info()
+    return _launch._hot_module
 
 
 def hot_args(p, kw):
@@ -179,8 +179,8 @@ class Mapping(unittest.TestCase):
 
     def test_ops_return_the_output_they_were_given_or_allocated(self):
         launched = []
-        launch = _ops._launch
-        _ops._launch = lambda fn_index, op, args, mapping: launched.append((fn_index, op, args))
+        launch = _launch._launch
+        _launch._launch = lambda fn_index, op, args, mapping: launched.append((fn_index, op, args))
         try:
             p = make_problem("single", 2, 3)
             self.assertIs(p.call(kdajit), p.args["output"])
@@ -194,7 +194,7 @@ class Mapping(unittest.TestCase):
             self.assertEqual([(i, op) for i, op, _ in launched],
                              [(0, "fused_kda_decode"), (1, "packed_fused_kda_decode"), (0, "fused_kda_decode")])
         finally:
-            _ops._launch = launch
+            _launch._launch = launch
 
     # --- packed op ------------------------------------------------------------
 
@@ -212,41 +212,41 @@ class Mapping(unittest.TestCase):
     # --- the mapping cache ------------------------------------------------------
 
     def test_cache_hit_gives_the_new_tensors_pointers(self):
-        _ops._clear_caches()
+        _launch._clear_caches()
         p1 = make_problem("single", 3, 4, seed=1)
         p2 = make_problem("single", 3, 4, seed=2)  # same shapes and strides, other storage
         self.assert_maps(p1, "first call (miss)")
-        self.assertEqual(len(_ops._cache_single), 1)
+        self.assertEqual(len(_launch._cache_single), 1)
         self.assert_maps(p2, "same layout (hit)")
-        self.assertEqual(len(_ops._cache_single), 1)
+        self.assertEqual(len(_launch._cache_single), 1)
         p3 = make_problem("single", 3, 4, seed=3, row_pad=32)  # other strides: another entry
         self.assert_maps(p3, "other strides (miss)")
-        self.assertEqual(len(_ops._cache_single), 2)
+        self.assertEqual(len(_launch._cache_single), 2)
         p4 = make_problem("single", 3, 4, seed=3, state_dtype=torch.bfloat16)  # other dtype: another entry
         self.assert_maps(p4, "other state dtype (miss)")
-        self.assertEqual(len(_ops._cache_single), 3)
+        self.assertEqual(len(_launch._cache_single), 3)
 
     def test_cache_is_bounded(self):
-        _ops._clear_caches()
-        limit = _ops._CACHE_LIMIT
+        _launch._clear_caches()
+        limit = _launch._CACHE_LIMIT
         try:
-            _ops._CACHE_LIMIT = 3
+            _launch._CACHE_LIMIT = 3
             for rows in range(1, 8):
                 self.assert_maps(make_problem("single", 1, rows), f"R={rows}")
-                self.assertLessEqual(len(_ops._cache_single), 3)
+                self.assertLessEqual(len(_launch._cache_single), 3)
             for seqs in range(1, 8):
                 self.assert_maps(make_problem("packed", 1, tokens=2, seqs=seqs), f"N={seqs}")
-                self.assertLessEqual(len(_ops._cache_packed), 3)
+                self.assertLessEqual(len(_launch._cache_packed), 3)
         finally:
-            _ops._CACHE_LIMIT = limit
+            _launch._CACHE_LIMIT = limit
 
     def test_last_layout_and_the_dict_agree(self):
         # Each op remembers its last call's (key, mapping) and compares the next key
         # with it before the dict: repeated, alternating and returning layouts, other
         # dtypes of the same shapes, and a dict emptied under it all map exactly.
         for op in ("single", "packed"):
-            _ops._clear_caches()
-            cache = _ops._cache_single if op == "single" else _ops._cache_packed
+            _launch._clear_caches()
+            cache = _launch._cache_single if op == "single" else _launch._cache_packed
 
             def problem(seed, **kw):
                 if op == "single":
@@ -254,7 +254,7 @@ class Mapping(unittest.TestCase):
                 return make_problem("packed", 3, tokens=2, seqs=3, seed=seed, **kw)
 
             def last():
-                return _ops._last_single if op == "single" else _ops._last_packed
+                return _launch._last_single if op == "single" else _launch._last_packed
 
             a1, a2, b = problem(1), problem(2), problem(3, row_pad=32)
             self.assert_maps(a1, f"{op}: A (miss)")
@@ -300,7 +300,7 @@ class Mapping(unittest.TestCase):
             self.assert_maps(p, f"{op}: again")
 
 
-@unittest.skipIf(hotpath() is None, f"kdajit._hotpath not in use: {_ops.hotpath_info()['reason']}")
+@unittest.skipIf(hotpath() is None, f"kdajit._hotpath not in use: {_launch.hotpath_info()['reason']}")
 class Hotpath(unittest.TestCase):
     """kdajit._hotpath declines (-1 / None) whatever the Python path must see."""
 
@@ -338,7 +338,7 @@ class Hotpath(unittest.TestCase):
         self.assertIsNone(self.hot.pack(1, *h[1:]), "the packed op's count with the single op's tensors")
         # Host tensors are never launched from here: the Python path rejects them.
         before = self.hot.stats()
-        self.assertEqual(self.hot.launch(0, _ops._handle(), *h[1:]), -1)
+        self.assertEqual(self.hot.launch(0, _launch._handle(), *h[1:]), -1)
         after = self.hot.stats()
         self.assertEqual(after["declined"], before["declined"] + 1)
         self.assertEqual(after["single"], before["single"])
@@ -354,17 +354,17 @@ class Hotpath(unittest.TestCase):
 
     def test_clear_forgets(self):
         self.assertIsNotNone(self.hot.pack(*self.h))
-        _ops._clear_caches()
+        _launch._clear_caches()
         self.assertIsNone(self.hot.pack(*self.h))
 
     def test_off_by_environment_and_other_torch(self):
         lib = _abi.load()
-        mod, info = _ops._load_hotpath(lib)
+        mod, info = _launch._load_hotpath(lib)
         self.assertIsNotNone(mod, info)
         version = torch.__version__
         try:
             torch.__version__ = version + "+other"
-            mod, info = _ops._load_hotpath(lib)
+            mod, info = _launch._load_hotpath(lib)
         finally:
             torch.__version__ = version
         self.assertIsNone(mod)

@@ -29,7 +29,7 @@ struct Environment {
 };
 
 // The variables read_environment() reads, in the order the docs list them.
-// KDAJIT_NVRTC is read where NVRTC is loaded (runtime/src/build/nvrtc_api.cpp: a
+// KDAJIT_NVRTC is read where NVRTC is loaded (runtime/src/jit/nvrtc_api.cpp: a
 // path, checked by loading it); KDAJIT_LIBRARY and KDAJIT_PYTHON_HOTPATH by the
 // Python package only.
 inline constexpr std::string_view kEnvironmentVariables[] = {

@@ -7,7 +7,7 @@
 
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/api/runtime_impl.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/runtime/call/support.hpp"
 
 struct kdajit_runtime {

@@ -5,7 +5,7 @@
 
 #include "kdajit/log.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "kdajit/runtime/call/tune_table.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 
 namespace kdajit {
 

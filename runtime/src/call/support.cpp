@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "kdajit/kdajit.hpp"
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 #include "kdajit/runtime/call/select.hpp"
 #include "kdajit/runtime/call/validate.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"

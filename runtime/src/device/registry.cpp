@@ -4,8 +4,8 @@
 
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
-#include "kdajit/runtime/call/tune.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
+#include "kdajit/runtime/tune/tune.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit {

@@ -12,7 +12,7 @@
 
 #include "catch.hpp"
 #include "kdajit/runtime/call/select.hpp"
-#include "kdajit/runtime/call/tune_table.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 
 namespace kdajit {
 namespace {

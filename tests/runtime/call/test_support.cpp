@@ -10,7 +10,7 @@
 #include "catch.hpp"
 #include "decode_args_builder.hpp"
 #include "kdajit/presets.hpp"
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 #include "kdajit/runtime/call/support.hpp"
 #include "kdajit/runtime/call/validate.hpp"
 

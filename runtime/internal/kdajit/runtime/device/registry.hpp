@@ -16,7 +16,7 @@
 #include "kdajit/error.hpp"
 #include "kdajit/routes.hpp"
 #include "kdajit/runtime/call/select.hpp"
-#include "kdajit/runtime/call/tune_table.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 
 namespace kdajit {
 

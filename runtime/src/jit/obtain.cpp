@@ -1,10 +1,10 @@
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kdajit/routes.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/sha256.hpp"
 #include "kdajit/source_generator.hpp"
 

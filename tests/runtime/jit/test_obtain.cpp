@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "catch.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
-#include "kdajit/runtime/build/obtain.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 
 namespace kdajit {
 namespace {

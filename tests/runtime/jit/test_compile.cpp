@@ -10,7 +10,7 @@
 #include "kdajit/parallel.hpp"
 #include "kdajit/presets.hpp"
 #include "kdajit/routes.hpp"
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 
 using namespace kdajit;
 

@@ -1,4 +1,4 @@
-#include "kdajit/runtime/call/tune_table.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,10 +1,10 @@
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 
 #include <chrono>
 #include <regex>
 
 #include <fmt/format.h>
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/source_generator.hpp"
 
 namespace kdajit {

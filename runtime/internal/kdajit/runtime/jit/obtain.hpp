@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kdajit/cache.hpp"
-#include "kdajit/runtime/build/compile.hpp"
+#include "kdajit/runtime/jit/compile.hpp"
 
 namespace kdajit {
 

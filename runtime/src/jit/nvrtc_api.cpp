@@ -1,4 +1,4 @@
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 
 #include <dlfcn.h>
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kdajit/runtime/call/tune_table.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit {

@@ -1,4 +1,4 @@
-#include "kdajit/runtime/call/tune.hpp"
+#include "kdajit/runtime/tune/tune.hpp"
 
 #include <algorithm>
 #include <map>
@@ -13,7 +13,7 @@
 #include "kdajit/kdajit.hpp"
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/api/runtime_impl.hpp"
-#include "kdajit/runtime/build/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/nvrtc_api.hpp"
 
 namespace kdajit {
 

@@ -1,0 +1,562 @@
+"""fused_kda_decode / packed_fused_kda_decode over torch tensors.
+
+The hot path is built for host cost (issue 11: <= 15 us per eager call):
+- a call reads each tensor's shape, stride(), dtype and device once, into one
+  tuple that keys a cache of mappings (what the torch tensors look like as
+  kdajit_tensor_t views: leading 1 dims dropped, [R, H*128] split, A_log's
+  [1, 1, H, 1] flattened, ...). A miss computes the views (and checks the
+  torch-side facts the C ABI cannot see: device placement, dtypes torch has
+  and kdajit does not); a hit reuses their bytes;
+- the whole kdajit_decode_args_t is then one struct.pack of the 14 data
+  pointers interleaved with those cached bytes, plus the scalars; the bytes
+  object goes straight to the C call (its full validation runs there on every
+  call, before anything is launched or written);
+- the stream is torch's current raw stream of x's device.
+"""
+import ctypes
+import struct
+
+import torch
+
+from . import _abi, _runtime
+
+D = 128  # head dim (spec: fixed)
+
+_TORCH_DTYPES = {torch.float32: _abi.DTYPE_F32, torch.bfloat16: _abi.DTYPE_BF16, torch.int32: _abi.DTYPE_INT32}
+
+# The arguments of the ops in FlashInfer's order, each with the struct field it
+# fills, how its torch shape maps onto the view the contract describes, and the
+# dtype it must have (for the message when torch's dtype has no kdajit code).
+#   asis     the tensor's own dims
+#   rows     [R, n] or [1, R, n]
+#   rows_h   [R, H] or [1, R, H]
+#   rows_hd  [R, H, 128], [1, R, H, 128], [R, H*128] or [1, R, H*128] -> [R, H, 128]
+#   flat     any shape whose elements lie on one stride (A_log [H] or [1, 1, H, 1], ...) -> 1-D
+_COMMON = (
+    ("x", "x", "rows", "bf16"),
+    ("weight", "conv_weight", "asis", "f32"),
+    ("conv_state", "conv_state", "asis", "bf16"),
+    ("raw_gate", "raw_gate", "rows_hd", "bf16"),
+    ("raw_beta", "raw_beta", "rows_h", "bf16"),
+    ("A_log", "A_log", "flat", "f32"),
+    ("dt_bias", "dt_bias", "flat", "f32"),
+)
+_TAIL = (
+    ("state", "state", "asis", "f32 or bf16"),
+    ("output_gate", "output_gate", "rows_hd", "bf16"),
+    ("norm_weight", "norm_weight", "flat", "f32"),
+    ("output", "output", "rows_hd", "bf16"),
+)
+SINGLE_ARGS = _COMMON + (("state_indices", "state_indices", "flat", "int32"),) + _TAIL
+PACKED_ARGS = _COMMON + (("state_indices", "state_indices", "asis", "int32"),) + _TAIL + (
+    ("query_start_loc", "query_start_loc", "flat", "int32"),
+    ("num_accepted_tokens", "num_accepted_tokens", "flat", "int32"),
+)
+_FIELD_TO_ARG = {field: name for name, field, _, _ in PACKED_ARGS}
+
+
+# --- The packer: derived from the ctypes layout (_abi), checked against it -----
+
+def _make_packer():
+    """struct.Struct over kdajit_decode_args_t: per tensor field its data pointer
+    ('Q') then the rest of its kdajit_tensor_t as one bytes chunk, then the
+    scalar fields; gaps become pad bytes. Any field not covered fails here."""
+    DA, T = _abi.DecodeArgs, _abi.Tensor
+    covered = set(_abi.TENSOR_FIELDS) | {name for name, _ in _abi.SCALAR_FIELDS}
+    declared = {name for name, _ in DA._fields_}
+    if covered != declared or T._fields_[0][0] != "data" or T.data.offset != 0:
+        raise ImportError("kdajit: the packer expects kdajit_decode_args_t = tensor views (data first) + "
+                          f"{[n for n, _ in _abi.SCALAR_FIELDS]}; the ctypes layout in _abi.py differs")
+    chunk = ctypes.sizeof(T) - T.data.size
+    fmt, pos = "<", 0
+    for name in _abi.TENSOR_FIELDS:
+        off = getattr(DA, name).offset
+        fmt += (f"{off - pos}x" if off > pos else "") + f"Q{chunk}s"
+        pos = off + ctypes.sizeof(T)
+    for name, code in _abi.SCALAR_FIELDS:
+        f = getattr(DA, name)
+        fmt += (f"{f.offset - pos}x" if f.offset > pos else "") + code
+        pos = f.offset + f.size
+    end = ctypes.sizeof(DA)
+    fmt += f"{end - pos}x" if end > pos else ""
+    packer = struct.Struct(fmt)
+    if packer.size != end:
+        raise ImportError(f"kdajit: packer size {packer.size} != sizeof(kdajit_decode_args_t) {end}")
+    return packer, T.data.size
+
+
+_PACKER, _PTR_BYTES = _make_packer()
+_pack = _PACKER.pack
+_EMPTY = bytes(ctypes.sizeof(_abi.Tensor) - _PTR_BYTES)  # an unused view: all zero
+
+
+def _view_bytes(dtype_code, shape, strides):
+    t = _abi.Tensor()
+    t.dtype = dtype_code
+    t.ndim = len(shape)
+    for i, (n, s) in enumerate(zip(shape, strides)):
+        t.shape[i] = n
+        t.strides[i] = s
+    return bytes(t)[_PTR_BYTES:]
+
+
+def _fmt(seq, open_, close):
+    return open_ + ", ".join(str(v) for v in seq) + close
+
+
+# --- Views: torch shapes -> the contract's views ------------------------------
+
+def _flat(name, shape, strides):
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    if not dims:
+        n = 1
+        for v in shape:
+            n *= v
+        return (n,), (1,)
+    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * n1:
+            raise ValueError(f"{name}: expected its elements on one stride (e.g. a contiguous 1-D tensor), "
+                             f"got shape {_fmt(shape, '[', ']')} strides {_fmt(strides, '(', ')')}")
+    n = 1
+    for v, _ in dims:
+        n *= v
+    return (n,), (dims[-1][1],)
+
+
+def _view(name, form, shape, strides, heads):
+    """(shape, strides) of the view kdajit gets for one argument."""
+    shape, strides = tuple(shape), tuple(strides)
+    if form == "flat":
+        return _flat(name, shape, strides)
+    if form in ("rows", "rows_h"):
+        if len(shape) == 3 and shape[0] == 1:
+            shape, strides = shape[1:], strides[1:]
+    elif form == "rows_hd":
+        if len(shape) == 4 and shape[0] == 1:
+            shape, strides = shape[1:], strides[1:]
+        elif len(shape) == 3 and shape[1:] != (heads, D) and shape[0] == 1 and shape[2] == heads * D:
+            shape, strides = shape[1:], strides[1:]
+        if len(shape) == 2 and shape[1] == heads * D:
+            # [R, H*128] -> [R, H, 128] (a view: the channel stride splits into head and element)
+            shape, strides = (shape[0], heads, D), (strides[0], D * strides[1], strides[1])
+    if len(shape) > _abi.MAX_DIMS:
+        raise ValueError(f"{name}: expected at most {_abi.MAX_DIMS} dims, got shape {_fmt(shape, '[', ']')}")
+    return shape, strides
+
+
+class _Mapping:
+    """One cached mapping: the view bytes per struct tensor field, and what the
+    views were made from (for error messages)."""
+
+    __slots__ = ("chunks", "device", "device_name", "notes")
+
+    def __init__(self, chunks, device, device_name, notes):
+        self.chunks = chunks
+        self.device = device  # torch's get_device(): -1 for host tensors
+        self.device_name = device_name
+        self.notes = notes
+
+
+def _heads_of(A_log):
+    n = 1
+    for v in A_log.shape:
+        n *= v
+    return n
+
+
+def _check_torch_side(spec, tensors):
+    """Tensors, all on x's device, with dtypes kdajit has codes for."""
+    for (name, _, _, want), t in zip(spec, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+    x = tensors[0]
+    for (name, _, _, want), t in zip(spec, tensors):
+        if t.device != x.device:
+            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
+        if t.dtype not in _TORCH_DTYPES:
+            raise ValueError(f"{name}: expected dtype {want}, got {t.dtype}")
+
+
+def _map(spec, tensors):
+    """The mapping for one call's tensors (a cache miss). Raises ValueError for
+    the torch-side contract violations: mixed devices and dtypes that kdajit
+    has no code for. Whether the device is a CUDA one is checked per call."""
+    _check_torch_side(spec, tensors)
+    x = tensors[0]
+    device = x.get_device()
+    heads = _heads_of(tensors[5])
+    chunks, notes = [], {}
+    for (name, field, form, _), t in zip(spec, tensors):
+        shape, strides = _view(name, form, t.shape, t.stride(), heads)
+        chunks.append(_view_bytes(_TORCH_DTYPES[t.dtype], shape, strides))
+        if t.numel() == 0 and t.data_ptr() == 0:
+            notes[field] = f"given shape {_fmt(t.shape, '[', ']')}: an empty tensor, which torch gives no data pointer"
+        elif shape != tuple(t.shape) or strides != tuple(t.stride()):
+            notes[field] = (f"given shape {_fmt(t.shape, '[', ']')} strides {_fmt(t.stride(), '(', ')')}, "
+                            f"viewed as shape {_fmt(shape, '[', ']')} strides {_fmt(strides, '(', ')')}")
+    chunks += [_EMPTY] * (len(_abi.TENSOR_FIELDS) - len(chunks))
+    return _Mapping(tuple(chunks), device, str(x.device), notes)
+
+
+def _not_tensors(spec, tensors):
+    """A call whose key could not be built: name the argument that is not a tensor."""
+    for (name, _, _, want), t in zip(spec, tensors):
+        if not isinstance(t, torch.Tensor):
+            return ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+    return ValueError("expected torch tensors")
+
+
+def _scalar_error(lower_bound, norm_eps, mode):
+    if mode < 0:
+        return ValueError("state_indices_mode: expected 'unique_or_null', 'positive_unique' or "
+                          "'repeated_positive'")
+    for name, v in (("lower_bound", lower_bound), ("norm_eps", norm_eps)):
+        try:
+            struct.pack("<f", 0.0 if v is None else v)
+        except (struct.error, TypeError, OverflowError) as e:
+            return ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})")
+    return ValueError("lower_bound / norm_eps: expected floats")
+
+
+# --- The C calls ---------------------------------------------------------------
+
+_MODES = _abi.INDICES_MODES
+_CACHE_LIMIT = 4096
+_cache_single = {}
+_cache_packed = {}
+# The last call's (key, mapping) per op: an engine passes one layout step after step,
+# and comparing the new key with the last one is the dict's work without the hash
+# (the hash of the 48-56 element key is a third of the lookup). A mapping is a value
+# of its key alone, so this pair stays right whatever happens to the dicts.
+_last_single = (None, None)
+_last_packed = (None, None)
+
+
+def _clear_caches():
+    """Forgets every mapping (tests)."""
+    global _last_single, _last_packed
+    _cache_single.clear()
+    _cache_packed.clear()
+    _last_single = _last_packed = (None, None)
+    if _hot_module is not None:
+        _hot_module.clear()
+
+_c = None  # (kdajit_single_decode, kdajit_packed_decode, kdajit_validate_args), bound on first use
+
+
+# kdajit._hotpath (python/hotpath/hotpath.cpp), the C++ cache-hit path: its
+# launch() and remember() once loaded; None means every call takes the Python path.
+_hot = None
+_hot_remember = None
+_hot_module = None
+_hot_info = {"enabled": False, "path": None, "reason": "not loaded yet (the first call loads it)"}
+
+
+def _load_hotpath(lib):
+    """Loads kdajit._hotpath from the directory of the libkdajit.so in use, if it
+    is there and was built for this torch; returns (module or None, info)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sysconfig
+
+    def off(reason, path=None):
+        return None, {"enabled": False, "path": path, "reason": reason}
+
+    flag = os.environ.get("KDAJIT_PYTHON_HOTPATH", "1")
+    if flag not in ("0", "1"):
+        raise ValueError(f"KDAJIT_PYTHON_HOTPATH: expected 0 or 1, got {flag!r}")
+    if flag == "0":
+        return off("off: KDAJIT_PYTHON_HOTPATH=0")
+    if not os.path.dirname(lib.path):
+        return off(f"libkdajit.so came from the system's search path ({lib.path}), not a directory")
+    path = os.path.join(os.path.dirname(os.path.realpath(lib.path)), "_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not os.path.exists(path):
+        return off(f"not built: {path} is missing (CMake builds it when torch's C++ headers are found)", path)
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("kdajit._hotpath", path)
+        spec = importlib.util.spec_from_file_location("kdajit._hotpath", path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    except ImportError as e:
+        return off(f"cannot load {path}: {e}", path)
+    if mod.torch_version != torch.__version__:
+        return off(f"built for torch {mod.torch_version}, running torch {torch.__version__}", path)
+    if mod.args_size != ctypes.sizeof(_abi.DecodeArgs):
+        return off(f"built for a kdajit_decode_args_t of {mod.args_size} bytes, this package's is "
+                   f"{ctypes.sizeof(_abi.DecodeArgs)}", path)
+    cuda = hasattr(torch._C, "_cuda_getCurrentRawStream") and hasattr(torch._C, "_cuda_getDevice")
+    mod.bind(ctypes.cast(lib.lib.kdajit_single_decode, ctypes.c_void_p).value,
+             ctypes.cast(lib.lib.kdajit_packed_decode, ctypes.c_void_p).value,
+             torch._C._cuda_getCurrentRawStream if cuda else None, torch._C._cuda_getDevice if cuda else None)
+    return mod, {"enabled": True, "path": path, "reason": f"loaded, built for torch {mod.torch_version}"}
+
+
+def hotpath_info():
+    """Whether eager calls take the C++ cache-hit path (kdajit._hotpath): a dict with
+    'enabled', 'path' and 'reason'. Loads the library (and the extension) if needed."""
+    if _c is None:
+        _bind()
+    return dict(_hot_info)
+
+
+def _bind():
+    global _c, _hot, _hot_remember, _hot_module, _hot_info
+    lib = _abi.load()
+    mod, _hot_info = _load_hotpath(lib)
+    if mod is not None:
+        _hot_module, _hot, _hot_remember = mod, mod.launch, mod.remember
+    _c = (lib.lib.kdajit_single_decode, lib.lib.kdajit_packed_decode, lib.lib.kdajit_validate_args)
+    return _c
+
+
+def _retry_on_python_path(status, x):
+    """A failed _hotpath call that the Python path retries: a CUDA error on the
+    legacy default stream (maybe a thread without a current context; see _launch)."""
+    return status == _abi.ERROR_CUDA and not _raw_stream(x.get_device())
+
+
+def _handle():
+    rt = _runtime._runtime
+    return rt.handle if rt is not None else _runtime.runtime().handle
+
+
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+else:  # pragma: no cover (every torch this package supports has it)
+    def _raw_stream(device):
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+def _current_device():
+    return torch._C._cuda_getDevice()
+
+
+def _fail(status, op, mapping):
+    """The exception for a failed C call; the argument's view is named when the
+    Python mapping changed its dims."""
+    lib = _abi.load()
+    msg = lib.last_error()
+    field = msg.split(":", 1)[0]
+    if status in (_abi.ERROR_INVALID_ARGUMENT, _abi.ERROR_UNSUPPORTED):
+        arg = _FIELD_TO_ARG.get(field)
+        if arg and arg != field:
+            msg = f"{arg} ({field}){msg[len(field):]}"
+        if field in mapping.notes:
+            msg += f" [{arg or field}: {mapping.notes[field]}]"
+        return _abi.error_for(status, msg)
+    return _abi.KdajitError(f"kdajit {op}: {lib.status_name(status)}: {msg}", status)
+
+
+# Tests set this to run the real decode entry points on host tensors: the C
+# library validates before it needs a GPU, so contract violations surface
+# exactly as on a device, and a valid call fails at the driver (nothing launched).
+_allow_host_tensors = False
+
+
+def _launch(fn_index, op, args, mapping):
+    """Runs the decode entry point on the current stream of the tensors' device."""
+    c = _c or _bind()
+    device = mapping.device
+    if device < 0:
+        if not _allow_host_tensors:
+            raise ValueError(f"x: expected a CUDA tensor, got device {mapping.device_name}")
+        status = c[fn_index](_handle(), args, 0)
+    else:
+        stream = _raw_stream(device)
+        if stream or _current_device() == device:
+            status = c[fn_index](_handle(), args, stream)
+        else:
+            # The legacy default stream means "the current context": make it x's device's.
+            with torch.cuda.device(device):
+                status = c[fn_index](_handle(), args, stream)
+        if status == _abi.ERROR_CUDA and not stream:
+            # Maybe a thread without a current CUDA context (nothing was launched):
+            # a runtime API call in this thread makes the device's primary context
+            # current; retry once. (The legacy stream is never a capturing one.)
+            with torch.cuda.device(device):
+                torch.cuda.synchronize(device)
+                status = c[fn_index](_handle(), args, stream)
+    if status:
+        raise _fail(status, op, mapping)
+
+
+def _dry(op_code, op, args, mapping, what):
+    """what True: kdajit_validate_args, returns the args bytes; "key": the kernel key
+    name kdajit_selected_key gives for a call on the current stream."""
+    c = _c or _bind()
+    if what == "key":
+        lib = _abi.load()
+        stream = _raw_stream(mapping.device) if mapping.device >= 0 else 0
+        buf = ctypes.create_string_buffer(256)
+        status = lib.lib.kdajit_selected_key(_handle(), op_code, args, stream, buf, len(buf))
+        if status:
+            raise _fail(status, op, mapping)
+        return buf.value.decode()
+    status = c[2](op_code, args)
+    if status:
+        raise _fail(status, op, mapping)
+    return args
+
+
+def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, lower_bound, norm_eps, output, state_indices_mode):
+    """The Python path of the single op: (mapping, kdajit_decode_args_t bytes)."""
+    global _last_single
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.get_device(),
+               weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+               conv_state.shape, conv_state.stride(), conv_state.dtype, conv_state.get_device(),
+               raw_gate.shape, raw_gate.stride(), raw_gate.dtype, raw_gate.get_device(),
+               raw_beta.shape, raw_beta.stride(), raw_beta.dtype, raw_beta.get_device(),
+               A_log.shape, A_log.stride(), A_log.dtype, A_log.get_device(),
+               dt_bias.shape, dt_bias.stride(), dt_bias.dtype, dt_bias.get_device(),
+               state_indices.shape, state_indices.stride(), state_indices.dtype, state_indices.get_device(),
+               state.shape, state.stride(), state.dtype, state.get_device(),
+               output_gate.shape, output_gate.stride(), output_gate.dtype, output_gate.get_device(),
+               norm_weight.shape, norm_weight.stride(), norm_weight.dtype, norm_weight.get_device(),
+               output.shape, output.stride(), output.dtype, output.get_device())
+    except (AttributeError, TypeError):
+        raise _not_tensors(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output)) from None
+    last_key, m = _last_single
+    if key != last_key:
+        m = _cache_single.get(key)
+        if m is None:
+            m = _map(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                   output_gate, norm_weight, output))
+            if len(_cache_single) >= _CACHE_LIMIT:
+                _cache_single.clear()
+            _cache_single[key] = m
+        _last_single = (key, m)
+    c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 = m.chunks
+    mode = _MODES.get(state_indices_mode, -1)
+    try:
+        if mode < 0:
+            raise ValueError
+        args = _pack(x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
+                     raw_beta.data_ptr(), c4, A_log.data_ptr(), c5, dt_bias.data_ptr(), c6,
+                     state_indices.data_ptr(), c7, state.data_ptr(), c8, output_gate.data_ptr(), c9,
+                     norm_weight.data_ptr(), c10, output.data_ptr(), c11, 0, c12, 0, c13,
+                     _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
+                     0.0 if lower_bound is None else lower_bound, norm_eps, mode, 0)
+    except (ValueError, struct.error, TypeError, OverflowError):
+        raise _scalar_error(lower_bound, norm_eps, mode) from None
+    return m, args
+
+
+def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                norm_weight, lower_bound, norm_eps, output, state_indices_mode, dry=False):
+    """The single op on given tensors (output allocated by the caller). dry=True: validate
+    in the C library instead of launching and return the kdajit_decode_args_t bytes;
+    dry="key": return the kernel key name the call would launch (nothing launched)."""
+    if _hot is not None and not dry:
+        status = _hot(0, _handle(), lower_bound, norm_eps, _MODES.get(state_indices_mode, -1), x, weight,
+                      conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight,
+                      output)
+        if status == 0:
+            return None
+        if status > 0 and not _retry_on_python_path(status, x):
+            m, _ = _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                output_gate, norm_weight, lower_bound, norm_eps, output, state_indices_mode)
+            raise _fail(status, "fused_kda_decode", m)
+    m, args = _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                           output_gate, norm_weight, lower_bound, norm_eps, output, state_indices_mode)
+    if dry or m.device < 0:
+        # The key tells CUDA devices apart, not host ones (get_device() is -1 for cpu and meta).
+        _check_torch_side(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                        state, output_gate, norm_weight, output))
+    if dry:
+        return _dry(_abi.OP_SINGLE, "fused_kda_decode", args, m, dry)
+    _launch(0, "fused_kda_decode", args, m)
+    if _hot is not None and m.device >= 0:
+        _hot_remember(0, args, x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                      output_gate, norm_weight, output)
+    return None
+
+
+def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens):
+    """The Python path of the packed op: (mapping, kdajit_decode_args_t bytes)."""
+    global _last_packed
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.get_device(),
+               weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+               conv_state.shape, conv_state.stride(), conv_state.dtype, conv_state.get_device(),
+               raw_gate.shape, raw_gate.stride(), raw_gate.dtype, raw_gate.get_device(),
+               raw_beta.shape, raw_beta.stride(), raw_beta.dtype, raw_beta.get_device(),
+               A_log.shape, A_log.stride(), A_log.dtype, A_log.get_device(),
+               dt_bias.shape, dt_bias.stride(), dt_bias.dtype, dt_bias.get_device(),
+               state_indices.shape, state_indices.stride(), state_indices.dtype, state_indices.get_device(),
+               state.shape, state.stride(), state.dtype, state.get_device(),
+               output_gate.shape, output_gate.stride(), output_gate.dtype, output_gate.get_device(),
+               norm_weight.shape, norm_weight.stride(), norm_weight.dtype, norm_weight.get_device(),
+               output.shape, output.stride(), output.dtype, output.get_device(),
+               query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype, query_start_loc.get_device(),
+               num_accepted_tokens.shape, num_accepted_tokens.stride(), num_accepted_tokens.dtype,
+               num_accepted_tokens.get_device())
+    except (AttributeError, TypeError):
+        raise _not_tensors(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output, query_start_loc,
+                                         num_accepted_tokens)) from None
+    last_key, m = _last_packed
+    if key != last_key:
+        m = _cache_packed.get(key)
+        if m is None:
+            m = _map(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                   output_gate, norm_weight, output, query_start_loc, num_accepted_tokens))
+            if len(_cache_packed) >= _CACHE_LIMIT:
+                _cache_packed.clear()
+            _cache_packed[key] = m
+        _last_packed = (key, m)
+    c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 = m.chunks
+    try:
+        args = _pack(x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
+                     raw_beta.data_ptr(), c4, A_log.data_ptr(), c5, dt_bias.data_ptr(), c6,
+                     state_indices.data_ptr(), c7, state.data_ptr(), c8, output_gate.data_ptr(), c9,
+                     norm_weight.data_ptr(), c10, output.data_ptr(), c11, query_start_loc.data_ptr(), c12,
+                     num_accepted_tokens.data_ptr(), c13,
+                     _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
+                     0.0 if lower_bound is None else lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, 0)
+    except (struct.error, TypeError, OverflowError):
+        raise _scalar_error(lower_bound, norm_eps, 0) from None
+    return m, args
+
+
+def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens, dry=False):
+    """The packed op on given tensors; see single_impl."""
+    if _hot is not None and not dry:
+        status = _hot(1, _handle(), lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, x, weight, conv_state,
+                      raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight, output,
+                      query_start_loc, num_accepted_tokens)
+        if status == 0:
+            return None
+        if status > 0 and not _retry_on_python_path(status, x):
+            m, _ = _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                                output_gate, norm_weight, lower_bound, norm_eps, output, query_start_loc,
+                                num_accepted_tokens)
+            raise _fail(status, "packed_fused_kda_decode", m)
+    m, args = _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                           output_gate, norm_weight, lower_bound, norm_eps, output, query_start_loc,
+                           num_accepted_tokens)
+    if dry or m.device < 0:
+        _check_torch_side(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                        state, output_gate, norm_weight, output, query_start_loc,
+                                        num_accepted_tokens))
+    if dry:
+        return _dry(_abi.OP_PACKED, "packed_fused_kda_decode", args, m, dry)
+    _launch(1, "packed_fused_kda_decode", args, m)
+    if _hot is not None and m.device >= 0:
+        _hot_remember(1, args, x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                      output_gate, norm_weight, output, query_start_loc, num_accepted_tokens)
+    return None
+
+
+def new_output(x, A_log):
+    """FlashInfer's output: [1, R, H, 128] bf16 on x's device."""
+    for name, t in (("x", x), ("A_log", A_log)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    rows = x.shape[-2] if x.dim() >= 2 else 0
+    return torch.empty((1, rows, A_log.numel(), D), dtype=torch.bfloat16, device=x.device)
