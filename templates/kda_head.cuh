@@ -14,6 +14,11 @@
 // history, after a cluster barrier that follows every rank's reads. Each
 // token's RMSNorm sum over the 128 values crosses the cluster through
 // distributed shared memory.
+//
+// One file of ~580 lines on purpose: phases A0, A1, B and C of an item share
+// one register tile, the staged inputs and the order of their loads, barriers
+// and stores (the split's cluster exchange included); each phase is one
+// function below, and the stream route reuses B and C from here.
 #ifndef KDAJIT_KDA_HEAD_CUH
 #define KDAJIT_KDA_HEAD_CUH
 

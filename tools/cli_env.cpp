@@ -31,9 +31,9 @@ ArchChoice runtime_arch() {
     auto a = local_arch();
     if (a) return {*a, fmt::format("the local GPU (compute capability {}.{})", arch_compute_capability(*a) / 10,
                                    arch_compute_capability(*a) % 10)};
-    log_warning("cannot read the local GPU's arch ({}); assuming sm_90", a.error().message);
+    log_warning("cannot read the local GPU's arch ({}); assuming {}", a.error().message, to_string(kDefaultArch));
   }
-  return {Arch::sm_90, "the default without a GPU"};
+  return {kDefaultArch, "the default without a GPU"};
 }
 
 ArchChoice choose_arch(const std::string& flag, std::string_view flag_name) {

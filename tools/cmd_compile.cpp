@@ -75,7 +75,8 @@ void add_compile_commands(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("KEY", o->keys, "kernel key names");
   cmd->add_option("--preset", o->preset, "compile every key of a preset instead");
-  cmd->add_option("--arch", o->arch, "arch for --preset (default: KDAJIT_ARCH, else the local GPU's, else sm_90)");
+  cmd->add_option("--arch", o->arch, fmt::format("arch for --preset (default: KDAJIT_ARCH, else the local GPU's, else {})",
+                              to_string(kDefaultArch)));
   cmd->add_option("--out", o->out, "write <name>.cubin and <name>.cu into this directory");
   cmd->add_option("-j,--jobs", o->jobs, "parallel compiles")->capture_default_str()->check(CLI::Range(1u, 1024u));
   cmd->callback([o] {

@@ -20,7 +20,8 @@ void add_keys_command(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   cmd->add_option("--preset", opts->preset, fmt::format("{}", fmt::join(preset_names(), " | ")))->required();
   cmd->add_option("--arch", opts->arch,
-                  fmt::format("{} (default: KDAJIT_ARCH, else the local GPU's, else sm_90)", choices<Arch>(" | ")));
+                  fmt::format("{} (default: KDAJIT_ARCH, else the local GPU's, else {})", choices<Arch>(" | "),
+                              to_string(kDefaultArch)));
   cmd->add_flag("--json", opts->json, "Print a JSON array of keys");
   cmd->callback([opts] {
     Arch arch = choose_arch(opts->arch).arch;

@@ -270,8 +270,8 @@ void add_prewarm(CLI::App& app) {
         ->delimiter(',');
   cmd->add_option("--arch", o->arch,
                   fmt::format("target arch ({}) for presets and patterns (default: KDAJIT_ARCH, else the local GPU's, "
-                              "else sm_90); key names keep their own",
-                              choices<Arch>()));
+                              "else {}); key names keep their own",
+                              choices<Arch>(), to_string(kDefaultArch)));
   cmd->add_option("-j,--jobs", o->jobs, "parallel compiles (default: the core count)")->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--allow-failures", o->allow_failures,
                 "exit 0 even when a key failed or could not be stored on disk (default: exit 1)");

@@ -34,7 +34,7 @@ void add_routes_command(CLI::App& app) {
           k.route = r.route;
           const std::string family = fmt::format("{}.{}", to_string(op), to_string(st));
           threads[family] = r.threads(k);
-          ctas[family] = r.occupancy_for(k);
+          ctas[family] = r.ctas_per_sm(k);
           // Shared-memory state stages (route stream): dynamic shared memory per CTA.
           if (r.stage_count(k) > 0) smem[family] = {{"stages", r.stage_count(k)}, {"bytes", r.dynamic_smem_bytes(k)}};
         }

@@ -35,7 +35,7 @@ void add_tune_command(CLI::App& app) {
   cmd->callback([o] {
     TuneOptions t;
     for (const auto& p : o->presets)
-      for (const auto& k : unwrap(preset_keys(p, Arch::sm_90))) t.families.push_back(k);
+      for (const auto& k : unwrap(preset_keys(p, kDefaultArch))) t.families.push_back(k);
     t.rows = o->rows;
     t.reps = o->reps;
     t.device = o->device;

@@ -1,6 +1,8 @@
 #include "kdajit/kernel_key.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -45,25 +47,22 @@ std::string field_shape() {
 
 }  // namespace
 
-int arch_compute_capability(Arch a) {
-  switch (a) {
-    case Arch::sm_90:
-    case Arch::sm_90a: return 90;
-    case Arch::sm_100a: return 100;
-    case Arch::sm_103a: return 103;
-    case Arch::sm_120a: return 120;
-  }
-  return 0;
+const ArchSpec& arch_spec(Arch a) {
+  const size_t i = static_cast<size_t>(a);
+  return kArches[i < std::size(kArches) ? i : 0];
 }
 
+int arch_compute_capability(Arch a) { return in_range(a) ? arch_spec(a).compute_capability : 0; }
+
 Result<Arch> arch_for_compute_capability(int major, int minor) {
-  for (Arch a : all_values<Arch>()) {
-    // The plain sm_90 for 9.0 (the first of the two with capability 90).
-    if (arch_compute_capability(a) == major * 10 + minor) return a;
+  std::vector<std::string> known;
+  for (const ArchSpec& a : kArches) {
+    if (a.compute_capability == major * 10 + minor) return a.arch;
+    const std::string cc = fmt::format("{}.{}", a.compute_capability / 10, a.compute_capability % 10);
+    if (std::find(known.begin(), known.end(), cc) == known.end()) known.push_back(cc);
   }
-  return Error(ErrorCode::unsupported,
-               fmt::format("device: compute capability {}.{} is not supported; expected one of 9.0, 10.0, 10.3, 12.0",
-                           major, minor));
+  return Error(ErrorCode::unsupported, fmt::format("device: compute capability {}.{} is not supported; expected one of {}",
+                                                   major, minor, fmt::join(known, ", ")));
 }
 
 Status validate(const KernelKey& k) {

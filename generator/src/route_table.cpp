@@ -1,5 +1,6 @@
-// The route table (kdajit/routes.hpp). The selector's bands, which pick among
-// the eligible routes, are in runtime/src/call/select.cpp.
+// The route table (kdajit/routes.hpp): the functions its rows name, and the
+// rows of kdajit/routes.def. The selector's bands, which pick among the
+// eligible routes, are in runtime/src/call/select.cpp.
 #include <algorithm>
 
 #include "kdajit/routes.hpp"
@@ -24,6 +25,9 @@ int rowcta_threads(const KernelKey& k) {
 }
 int threads_256(const KernelKey&) { return 256; }
 
+int two_per_sm(const KernelKey&) { return 2; }
+int no_stages(const KernelKey&) { return 0; }
+
 LaunchGrid rowcta_grid(const CallShape& c, const DeviceTraits&) {
   const uint32_t heads = static_cast<uint32_t>(c.family.heads);
   if (c.family.op == Op::single) return {heads, clamp_grid(c.rows), 1};  // rows beyond grid y: the kernel's row loop
@@ -44,12 +48,11 @@ LaunchGrid split_grid(const CallShape& c, const DeviceTraits&) {
   return {static_cast<uint32_t>(c.family.heads), static_cast<uint32_t>(wave * C), 1};
 }
 
-// Persistent: one CTA per item up to `occupancy` resident CTAs on every SM;
+// Persistent: one CTA per item up to its CTAs per SM resident on every SM;
 // the kernel walks items i = blockIdx.x + k * gridDim.x.
-constexpr int kStreamOccupancy = 2;
 LaunchGrid stream_grid(const CallShape& c, const DeviceTraits& device) {
   const int64_t items = items_per_head(c) * c.family.heads;
-  const int64_t resident = int64_t{kStreamOccupancy} * std::max(device.sm_count, 1);
+  const int64_t resident = int64_t{two_per_sm(c.family)} * std::max(device.sm_count, 1);
   return {static_cast<uint32_t>(std::clamp<int64_t>(items, 1, resident)), 1, 1};
 }
 // bf16 slices (32 KiB) fit two stages next to two CTAs per SM; f32 (64 KiB) one.
@@ -58,10 +61,12 @@ int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 :
 // split2, packed op, f32 state: one CTA per SM. Each thread holds 32 state
 // values next to the T tokens' staged inputs and the conv history the split
 // keeps live across phase B; at two CTAs per SM (128 registers) ptxas spilled
-// 8-80 bytes at T = 1 (conv ds) and T = 6..8 (eleventh session, 84 keys of
+// 8-80 bytes at T = 1 (conv ds) and T = 6..8 (84 keys of
 // the `full` preset). The selector picks split2 only while its CTAs fit one
 // per SM (2 x N x H <= SMs), so the cap costs no selected launch a CTA slot.
-int split2_occupancy(const KernelKey& k) { return k.op == Op::packed && k.state == StateDtype::f32 ? 1 : 2; }
+// split4 stays at two: the packed op spills at three (80 registers), and the
+// selector picks the split only for batches that leave most SMs idle.
+int split2_ctas_per_sm(const KernelKey& k) { return k.op == Op::packed && k.state == StateDtype::f32 ? 1 : 2; }
 
 constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_positive (rows run concurrently)";
 
@@ -79,28 +84,12 @@ constexpr std::string_view kNotRepeatedUpTo8Tokens =
 // table from their own static initialisers (the GPU tests register their test
 // cases from one).
 constexpr RouteSpec kRoutes[] = {
-    {Route::rowcta, "one CTA per (row or sequence, head); the state slice in registers, all loads issued first",
-     {"kda_single_rowcta.cu", "kda_packed_rowcta.cu"}, 1, 2, rowcta_threads, not_repeated, kNotRepeated, rowcta_grid},
-    {Route::sequential, "one CTA per head walks the rows in row order (repeated slots see the previous row's update)",
-     {"kda_single_sequential.cu", ""}, 1, 2, threads_256, any_call, "any single-op call", sequential_grid},
-    {Route::split2,
-     "the 128 value rows of one (row or sequence, head) over a cluster of 2 CTAs; RMSNorm sums through distributed "
-     "shared memory",
-     {"kda_single_split.cu", "kda_packed_split.cu"}, 2, 2, threads_256, not_repeated_up_to_8_tokens,
-     kNotRepeatedUpTo8Tokens, split_grid<2>, nullptr, split2_occupancy},
-    {Route::split4,
-     "the 128 value rows of one (row or sequence, head) over a cluster of 4 CTAs; RMSNorm sums through distributed "
-     "shared memory",
-     // Two CTAs per SM, not three: the packed op spills at three (80 registers;
-     // 16-288 bytes at T = 2..8), and the selector picks the split only for
-     // batches that leave most SMs idle, where occupancy does not matter.
-     {"kda_single_split.cu", "kda_packed_split.cu"}, 4, 2, threads_256, not_repeated_up_to_8_tokens,
-     kNotRepeatedUpTo8Tokens, split_grid<4>},
-    {Route::stream,
-     "a persistent grid (two CTAs per SM) walks the (row or sequence, head) items; the bulk copy engine streams the "
-     "next items' state slices into shared memory while the current one computes",
-     {"kda_single_stream.cu", "kda_packed_stream.cu"}, 1, kStreamOccupancy, threads_256,
-     not_repeated_up_to_8_tokens, kNotRepeatedUpTo8Tokens, stream_grid, stream_stages},
+#define ROUTE(name, technique, single_template, packed_template, cluster, ctas_per_sm, threads, eligible, eligibility, \
+              grid, stages)                                                                                            \
+  {Route::name, technique, {single_template, packed_template}, cluster, ctas_per_sm, threads, eligible, eligibility,   \
+   grid, stages},
+#include "kdajit/routes.def"
+#undef ROUTE
 };
 static_assert(std::size(kRoutes) == KeyField<Route>::values.size(), "one row per Route value, in enum order");
 
@@ -112,6 +101,16 @@ int64_t items_per_head(const CallShape& call) {
   if (call.family.op == Op::single) return call.rows;
   const int64_t t = std::max(call.family.tokens, 1);
   return std::max(call.num_seqs, (call.rows + t - 1) / t);
+}
+
+LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const DeviceTraits& device) {
+  const RouteSpec& route = route_spec(key.route);
+  LaunchPlan p;
+  p.grid = route.grid(call, device);
+  p.threads = static_cast<uint32_t>(route.threads(key));
+  p.dynamic_smem_bytes = route.dynamic_smem_bytes(key);
+  p.cluster_y = static_cast<uint32_t>(route.cluster);
+  return p;
 }
 
 uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {

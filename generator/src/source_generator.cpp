@@ -58,7 +58,7 @@ Result<std::string> generate_source(const KernelKey& key) {
       "#define KDA_MIN_CTAS_PER_SM {}\n",
       key_name(key), KDAJIT_VERSION_STRING, key.heads, key.state == StateDtype::bf16 ? 1 : 0,
       key.conv == ConvLayout::ds ? 1 : 0, key.tokens, key.gate == Gate::softplus ? 1 : 0, route.threads(key),
-      route.cluster, route.occupancy_for(key));
+      route.cluster, route.ctas_per_sm(key));
   if (const int stages = route.stage_count(key); stages > 0) src += fmt::format("#define KDA_STAGES {}\n", stages);
   std::set<std::string_view> seen;
   KDAJIT_TRY(inline_template(route.template_file(key.op), seen, src));

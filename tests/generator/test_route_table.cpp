@@ -54,7 +54,13 @@ TEST_CASE("route table: one complete row per route, in enum order", "[routes]") 
     CHECK(r.eligible != nullptr);
     CHECK(r.grid != nullptr);
     CHECK((r.cluster == 1 || r.cluster == 2 || r.cluster == 4));
-    CHECK((r.occupancy >= 1 && r.occupancy <= 4));
+    CHECK(r.ctas_per_sm_of != nullptr);
+    CHECK(r.stages != nullptr);
+    for (Op op : all_values<Op>())
+      for (StateDtype st : all_values<StateDtype>()) {
+        const KernelKey k{op, 64, st, ConvLayout::sd, 1, Gate::bounded, r.route, Arch::sm_90};
+        CHECK((r.ctas_per_sm(k) >= 1 && r.ctas_per_sm(k) <= 4));
+      }
     CHECK((r.serves(Op::single) || r.serves(Op::packed)));
   }
 }
@@ -72,7 +78,7 @@ TEST_CASE("route table: every key of every route generates its own template with
         CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
         CHECK(src->find("#define KDA_SPLIT " + std::to_string(r.cluster) + "\n") != std::string::npos);
-        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.occupancy_for(k)) + "\n") != std::string::npos);
+        CHECK(src->find("#define KDA_MIN_CTAS_PER_SM " + std::to_string(r.ctas_per_sm(k)) + "\n") != std::string::npos);
         const bool has_stages = src->find("#define KDA_STAGES ") != std::string::npos;
         CHECK(has_stages == (r.stage_count(k) > 0));
         if (has_stages) CHECK(src->find("#define KDA_STAGES " + std::to_string(r.stage_count(k)) + "\n") != std::string::npos);
@@ -100,7 +106,7 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
           CHECK(smem == static_cast<uint32_t>(r.stage_count(k)) * 128u * 128u * (st == StateDtype::bf16 ? 2u : 4u));
           const uint32_t per_cta = smem + 2048u * static_cast<uint32_t>(tokens) + 2048u + kSystem;
           CHECK(per_cta <= kPerCta);
-          CHECK(static_cast<uint32_t>(r.occupancy_for(k)) * per_cta <= kPerSm);
+          CHECK(static_cast<uint32_t>(r.ctas_per_sm(k)) * per_cta <= kPerSm);
         }
       }
 }
@@ -173,9 +179,9 @@ TEST_CASE("route table: grids cover every row or item within the grid limits", "
           const LaunchGrid g = r.grid(c, h200);
           INFO(r.name() << " " << to_string(op) << " rows " << rows << " seqs " << c.num_seqs);
           if (r.route == Route::stream) {
-            // Persistent: one CTA per (item, head) up to `occupancy` per SM;
+            // Persistent: one CTA per (item, head) up to its CTAs per SM;
             // the kernel walks items with stride gridDim.x.
-            CHECK(g.x == std::min<int64_t>(items * 5, int64_t{r.occupancy} * h200.sm_count));
+            CHECK(g.x == std::min<int64_t>(items * 5, int64_t{r.ctas_per_sm(c.family)} * h200.sm_count));
             CHECK(g.y == 1u);
             CHECK(g.z == 1u);
             continue;

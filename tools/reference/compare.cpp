@@ -163,7 +163,7 @@ void compare_state(Failures& fail, CompareReport& rep, const Problem& exp, const
   rep.state_rel_l2 = rel_l2(err2, ref2);
   rep.state_change_rel_l2 = rel_l2(err2, change2);
   if (!(rep.state_rel_l2 <= lim))
-    fail.add(fmt::format("state ({}): relative L2 error {:.3e} > {:.0e} over the written slots", bf16 ? "bf16" : "f32",
+    fail.add(fmt::format("state ({}): relative L2 error {:.3e} > {:.0e} over the written slots", to_string(bf16 ? StateDtype::bf16 : StateDtype::f32),
                          rep.state_rel_l2, lim));
   if (!(rep.state_change_rel_l2 <= tol.state_change_rel_l2))
     fail.add(fmt::format("state: relative L2 error of the change (after - before) {:.3e} > {:.0e}",

@@ -71,8 +71,8 @@ constexpr int64_t W = kConvWidth;
 
 std::string_view dtype_name(kdajit_dtype_t d) {
   switch (d) {
-    case KDAJIT_DTYPE_F32: return "f32";
-    case KDAJIT_DTYPE_BF16: return "bf16";
+    case KDAJIT_DTYPE_F32: return to_string(StateDtype::f32);
+    case KDAJIT_DTYPE_BF16: return to_string(StateDtype::bf16);
     case KDAJIT_DTYPE_INT32: return "int32";
   }
   return "?";

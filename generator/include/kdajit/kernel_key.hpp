@@ -23,9 +23,18 @@ enum class Op : uint8_t { single, packed };
 enum class StateDtype : uint8_t { f32, bf16 };
 enum class ConvLayout : uint8_t { sd, ds };
 enum class Gate : uint8_t { bounded, softplus };
-// One value per row of the route table (generator/src/route_table.cpp).
-enum class Route : uint8_t { rowcta, sequential, split2, split4, stream };
-enum class Arch : uint8_t { sm_90, sm_90a, sm_100a, sm_103a, sm_120a };
+// One value per row of the route table (kdajit/routes.def), in its order.
+enum class Route : uint8_t {
+#define ROUTE(name, ...) name,
+#include "kdajit/routes.def"
+#undef ROUTE
+};
+// One value per row of the arch table (kdajit/arches.def), in its order.
+enum class Arch : uint8_t {
+#define ARCH(name, ...) name,
+#include "kdajit/arches.def"
+#undef ARCH
+};
 
 inline constexpr int kHeadDim = 128;  // D
 inline constexpr int kConvWidth = 4;  // W
@@ -59,12 +68,20 @@ struct KeyField<Gate> {
 template <>
 struct KeyField<Route> {
   static constexpr std::string_view name = "route";
-  static constexpr std::array<std::string_view, 5> values = {"rowcta", "sequential", "split2", "split4", "stream"};
+  static constexpr auto values = std::to_array<std::string_view>({
+#define ROUTE(name, ...) #name,
+#include "kdajit/routes.def"
+#undef ROUTE
+  });
 };
 template <>
 struct KeyField<Arch> {
   static constexpr std::string_view name = "arch";
-  static constexpr std::array<std::string_view, 5> values = {"sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120a"};
+  static constexpr auto values = std::to_array<std::string_view>({
+#define ARCH(name, ...) #name,
+#include "kdajit/arches.def"
+#undef ARCH
+  });
 };
 
 template <class E>
@@ -118,8 +135,25 @@ inline constexpr std::array<KeyFieldLayout, 8> kKeyLayout = {{{"op", "kda_"},
                                                                 {"route", "route_"},
                                                                 {"arch", ""}}};
 
+// One row of the arch table (kdajit/arches.def).
+struct ArchSpec {
+  Arch arch;
+  int compute_capability;  // x 10: 90 for sm_90 and sm_90a
+  int reference_sm_count;  // the SM count routes are chosen for when there is no device
+  std::string_view reference_part;
+};
+inline constexpr ArchSpec kArches[] = {
+#define ARCH(name, cc, sms, part) {Arch::name, cc, sms, part},
+#include "kdajit/arches.def"
+#undef ARCH
+};
+const ArchSpec& arch_spec(Arch a);
+// The arch the tools build for when neither a flag, KDAJIT_ARCH nor a GPU names
+// one: Hopper's plain target, which every Hopper GPU runs.
+inline constexpr Arch kDefaultArch = Arch::sm_90;
+
 // Compute capability of an arch (e.g. 90 for sm_90a) and the reverse for a
-// device: 9.0 -> sm_90 (plain; sm_90a kernels run only where the a-features exist).
+// device: the first row of that capability (9.0 -> sm_90).
 int arch_compute_capability(Arch a);
 Result<Arch> arch_for_compute_capability(int major, int minor);
 

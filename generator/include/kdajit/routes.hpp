@@ -1,7 +1,7 @@
 // The route table: one row per route (kernel shape), the single source of truth
-// that generation, the selector, the registry, the launcher, the presets, the
-// CLI (`kdajit routes`) and the tests all read. Adding a route is one template
-// file plus one row in generator/src/route_table.cpp (and its tests).
+// that generation, the selector, the launcher, the presets, the CLI
+// (`kdajit routes`) and the tests all read. Its rows are kdajit/routes.def:
+// adding a route is one row there plus its template file.
 #pragma once
 
 #include <array>
@@ -16,6 +16,8 @@ namespace kdajit {
 
 // The caller's promise about state_indices (kdajit_indices_mode_t, same numbers).
 enum class IndicesMode : uint8_t { unique_or_null, positive_unique, repeated_positive };
+inline constexpr std::array<std::string_view, 3> kIndicesModeNames = {"unique_or_null", "positive_unique",
+                                                                       "repeated_positive"};
 
 // What validation derives from a call that selection and the launch need: the
 // key's family (every field but route and arch, which selection sets) and the
@@ -33,6 +35,14 @@ struct DeviceTraits {
   int sm_count = 0;
 };
 
+// The key `call` runs with on `arch` with `route`.
+inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
+  KernelKey k = call.family;
+  k.route = route;
+  k.arch = arch;
+  return k;
+}
+
 struct LaunchGrid {
   uint32_t x = 1, y = 1, z = 1;
 };
@@ -45,6 +55,7 @@ inline constexpr int64_t kMaxGridY = 65535;
 // i + k n, k < T; templates/kda_packed_item.cuh, packed_items(), is the same rule).
 int64_t items_per_head(const CallShape& call);
 
+// One row of the route table (kdajit/routes.def).
 struct RouteSpec {
   Route route;
   // One line: what the kernel shape is.
@@ -53,11 +64,10 @@ struct RouteSpec {
   std::array<std::string_view, 2> templates;
   // CTAs that share one (row, head): a thread-block cluster along grid y (1: none).
   int cluster = 1;
-  // CTAs per SM the kernel is compiled for (__launch_bounds__' minimum): caps
-  // registers at 65536 / (threads x occupancy). More, smaller CTAs per SM keep
+  // CTAs per SM a key is compiled for (__launch_bounds__' minimum): caps
+  // registers at 65536 / (threads x CTAs per SM). More, smaller CTAs per SM keep
   // more loads in flight while others compute; the cap must not cause spills.
-  // The route's default; occupancy_for() is what a key is compiled with.
-  int occupancy = 2;
+  int (*ctas_per_sm_of)(const KernelKey& key) = nullptr;
   // Threads per CTA for a key of this route.
   int (*threads)(const KernelKey& key) = nullptr;
   // Whether this route computes `call` exactly as the contract says (e.g. only
@@ -69,17 +79,25 @@ struct RouteSpec {
   // Shared-memory state stages per CTA for a key (KDA_STAGES; 0: the route
   // has none). Each holds one (slot, head) state slice in dynamic shared memory.
   int (*stages)(const KernelKey& key) = nullptr;
-  // CTAs per SM for a key where it differs from `occupancy` (nullptr: never).
-  int (*occupancy_of)(const KernelKey& key) = nullptr;
 
   std::string_view name() const { return to_string(route); }
-  int stage_count(const KernelKey& key) const { return stages ? stages(key) : 0; }
-  int occupancy_for(const KernelKey& key) const { return occupancy_of ? occupancy_of(key) : occupancy; }
+  int ctas_per_sm(const KernelKey& key) const { return ctas_per_sm_of(key); }
+  int stage_count(const KernelKey& key) const { return stages(key); }
   // Dynamic shared memory of a launch: the stages (bytes).
   uint32_t dynamic_smem_bytes(const KernelKey& key) const;
   bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
   std::string_view template_file(Op op) const { return templates[static_cast<size_t>(op)]; }
 };
+
+// Everything a launch of `key` for `call` on `device` needs besides the kernel
+// and its parameters: the route's row applied to the call.
+struct LaunchPlan {
+  LaunchGrid grid;
+  uint32_t threads = 0;
+  uint32_t dynamic_smem_bytes = 0;
+  uint32_t cluster_y = 1;  // cluster dimension along grid y (1: no cluster)
+};
+LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const DeviceTraits& device);
 
 // Every route, in Route enum order.
 std::span<const RouteSpec> route_table();

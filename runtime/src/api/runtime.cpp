@@ -5,8 +5,11 @@
 
 #include "kdajit/log.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
-#include "kdajit/runtime/jit/obtain.hpp"
+#include "kdajit/runtime/call/select.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
+#include "kdajit/runtime/device/launch.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
+#include "kdajit/runtime/tune/tune.hpp"
 
 namespace kdajit {
 
@@ -48,8 +51,7 @@ struct LastCall {
   CUcontext ctx = nullptr;
   KernelKey key;
   CUfunction function = nullptr;
-  CUlaunchConfig cfg{};  // everything but hStream and attrs
-  CUlaunchAttribute attrs[2]{};
+  PreparedLaunch launch;
 };
 
 LastCall& last_call() {
@@ -88,25 +90,24 @@ Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOption
     set_log_level(static_cast<LogLevel>(level));
   }
   KDAJIT_TRY_ASSIGN(Environment env, read_environment());
-  RegistryOptions ro;
+  auto impl = std::make_unique<Impl>();
   if (!options.arch.empty()) {
     auto arch = parse_arch(options.arch);
     if (!arch) return invalid_argument("options.arch: " + arch.error().message);
-    ro.arch = *arch;
+    impl->arch = *arch;
   } else if (env.arch) {
-    ro.arch = *env.arch;
+    impl->arch = *env.arch;
   }
   if (!options.route.empty()) {
     auto route = parse_field<Route>(options.route);
     if (!route) return invalid_argument("options.route: " + route.error().message);
-    ro.forced_route = *route;
+    impl->forced_route = *route;
   }
-  ro.use_tuning = options.use_tuning;
-  auto impl = std::make_unique<Impl>();
+  impl->use_tuning = options.use_tuning;
   impl->id = next_runtime_id.fetch_add(1);
   impl->pdl = options.pdl;
   KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
-  impl->registry = std::make_unique<KernelRegistry>(impl->cache, ro);
+  impl->registry = std::make_unique<KernelRegistry>(impl->cache);
   if (options.device >= 0) {
     KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
     int count = 0;
@@ -139,10 +140,47 @@ Result<CUcontext> Runtime::Impl::context_for(kdajit_stream_t stream) const {
   return ctx;
 }
 
+Result<const Runtime::Impl::ContextRoutes*> Runtime::Impl::routes_of(CUcontext ctx) {
+  {
+    std::shared_lock lock(contexts_mu_);
+    if (auto it = contexts_.find(ctx); it != contexts_.end()) return it->second.get();
+  }
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  CUdevice dev = 0;
+  KDAJIT_TRY(cu_check(*api, api->cuCtxPushCurrent(ctx), "cuCtxPushCurrent"));
+  const CUresult r = api->cuCtxGetDevice(&dev);
+  CUcontext popped = nullptr;
+  api->cuCtxPopCurrent(&popped);
+  KDAJIT_TRY(cu_check(*api, r, "cuCtxGetDevice"));
+  auto cr = std::make_unique<ContextRoutes>();
+  KDAJIT_TRY_ASSIGN(cr->device, device_traits(*api, dev, arch));
+  // Only a table that is there costs loading NVRTC (its version is part of the
+  // identity the table is checked against); a cache hit needs no NVRTC otherwise.
+  if (use_tuning && !forced_route &&
+      TuneTable::present(cache->root(), tune_identity(*api, dev, cr->device.arch, /*with_nvrtc=*/false))) {
+    auto t = TuneTable::load(cache->root(), tune_identity(*api, dev, cr->device.arch));
+    if (!t) log_warning("{}; using the built-in route bands", t.error().message);
+    else if (*t) cr->tuned = std::move(**t);
+  }
+  std::unique_lock lock(contexts_mu_);
+  auto [it, inserted] = contexts_.emplace(ctx, std::move(cr));
+  return it->second.get();
+}
+
+Result<Runtime::Impl::Resolved> Runtime::Impl::resolve(CUcontext ctx, const CallShape& call) {
+  KDAJIT_TRY_ASSIGN(const ContextRoutes* cr, routes_of(ctx));
+  RoutePolicy policy{forced_route, std::nullopt};
+  if (cr->tuned) policy.tuned = cr->tuned->route_for(call);
+  KDAJIT_TRY_ASSIGN(Route route, select_route(call, cr->device, policy));
+  Resolved out{key_for(call, route, cr->device.arch), std::nullopt, cr->device};
+  out.kernel = registry->find(ctx, out.key);
+  return out;
+}
+
 Result<KernelKey> Runtime::Impl::selected_key(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {
   KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(op, args));
   KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
-  KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call.shape));
+  KDAJIT_TRY_ASSIGN(Resolved r, resolve(ctx, call.shape));
   return r.key;
 }
 
@@ -160,7 +198,7 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
   ScopedContext scoped(api, ctx);
   if (last.runtime != id || last.ctx != ctx) {
     last.runtime = 0;
-    KDAJIT_TRY_ASSIGN(Resolved r, registry->resolve(ctx, call->shape));
+    KDAJIT_TRY_ASSIGN(Resolved r, resolve(ctx, call->shape));
     if (!r.kernel) {
       // A compile would break a capture: only cached kernels may load now.
       CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -168,45 +206,16 @@ Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_str
       KDAJIT_TRY_ASSIGN(r.kernel,
                         registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
     }
-    // Everything about the launch shape comes from the route's row of the table.
-    const RouteSpec& route = route_spec(r.key.route);
-    const LaunchGrid grid = route.grid(call->shape, r.device);
-    CUlaunchConfig& cfg = last.cfg;
-    cfg = CUlaunchConfig{};
-    cfg.gridDimX = grid.x;
-    cfg.gridDimY = grid.y;
-    cfg.gridDimZ = grid.z;
-    cfg.blockDimX = static_cast<unsigned>(route.threads(r.key));
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = route.dynamic_smem_bytes(r.key);
-    unsigned n = 0;
-    if (route.cluster > 1) {
-      last.attrs[n] = CUlaunchAttribute{};
-      last.attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      last.attrs[n].value.clusterDim.x = 1;
-      last.attrs[n].value.clusterDim.y = static_cast<unsigned>(route.cluster);
-      last.attrs[n].value.clusterDim.z = 1;
-      ++n;
-    }
-    if (pdl) {
-      last.attrs[n] = CUlaunchAttribute{};
-      last.attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      last.attrs[n].value.programmaticStreamSerializationAllowed = 1;
-      ++n;
-    }
-    cfg.numAttrs = n;
+    // The launch shape is the route's row of the table applied to the call.
+    last.launch = prepare_launch(launch_plan(r.key, call->shape, r.device), pdl);
     last.key = r.key;
     last.function = r.kernel->function;
     last.ctx = ctx;
     last.runtime = id;
   }
-  CUlaunchConfig cfg = last.cfg;
-  cfg.hStream = cu_stream;
-  cfg.attrs = cfg.numAttrs ? last.attrs : nullptr;
-  void* params[] = {&call->params};
-  if (CUresult e = api->cuLaunchKernelEx(&cfg, last.function, params, nullptr); e != CUDA_SUCCESS) {
+  if (Status s = launch(*api, last.function, last.launch, cu_stream, call->params, last.key); !s) {
     last.runtime = 0;  // resolved again next time
-    return cuda_error(*api, e, fmt::format("cuLaunchKernelEx({})", key_name(last.key)));
+    return s;
   }
   return {};
 }

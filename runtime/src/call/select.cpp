@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "kdajit/runtime/tune/tune_table.hpp"
 
 namespace kdajit {
 
@@ -19,7 +18,7 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   // SM), the unit of the upper bands; the split bands count CTAs against the
   // SMs. x below is rows x heads (single) or sequence-heads (packed): the time
   // depends on it, the dtype and T, not on N or H apart.
-  const int64_t resident = int64_t{stream.occupancy} * sms;
+  const int64_t resident = int64_t{stream.ctas_per_sm(call.family)} * sms;
   if (call.family.op == Op::packed) {
     const int64_t x = call.num_seqs * call.family.heads;
     const int t = call.family.tokens;
@@ -81,9 +80,7 @@ Result<Route> select_route(const CallShape& call, const DeviceTraits& device, co
                                r.eligibility));
     return *policy.forced;
   }
-  if (policy.tuned) {
-    if (auto r = policy.tuned->route_for(call); r && route_spec(*r).eligible(call, device)) return *r;
-  }
+  if (policy.tuned && route_spec(*policy.tuned).eligible(call, device)) return *policy.tuned;
   return builtin_route(call, device);
 }
 

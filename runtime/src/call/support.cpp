@@ -49,15 +49,8 @@ Result<DeviceTraits> config_device(const kdajit_config_t& c) {
       return invalid_argument(fmt::format("arch: expected one of {}, got '{}'", choices<Arch>(), s));
     }
     d.arch = *arch;
-    // The reference part of each target when no SM count is given: H100/H200,
-    // B200/B300, RTX 5090.
-    switch (d.arch) {
-      case Arch::sm_90:
-      case Arch::sm_90a: d.sm_count = 132; break;
-      case Arch::sm_100a:
-      case Arch::sm_103a: d.sm_count = 148; break;
-      case Arch::sm_120a: d.sm_count = 170; break;
-    }
+    // The reference part of the target when no SM count is given (kdajit/arches.def).
+    d.sm_count = arch_spec(d.arch).reference_sm_count;
   }
   if (c.sm_count < 0) return invalid_argument(fmt::format("sm_count: expected 0 (the device's) or > 0, got {}", c.sm_count));
   if (c.sm_count > 0) d.sm_count = c.sm_count;

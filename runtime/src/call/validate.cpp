@@ -68,8 +68,8 @@ bool known_dtype(int32_t t) { return t == KDAJIT_DTYPE_F32 || t == KDAJIT_DTYPE_
 
 std::string dtype_name(int32_t t) {
   switch (t) {
-    case KDAJIT_DTYPE_F32: return "f32";
-    case KDAJIT_DTYPE_BF16: return "bf16";
+    case KDAJIT_DTYPE_F32: return std::string(to_string(StateDtype::f32));
+    case KDAJIT_DTYPE_BF16: return std::string(to_string(StateDtype::bf16));
     case KDAJIT_DTYPE_INT32: return "int32";
     default: return fmt::format("dtype({})", t);
   }
@@ -216,42 +216,41 @@ Status check_count(const char* name, const kdajit_tensor_t& t, int dim, const ch
   return {};
 }
 
-}  // namespace
+// Rule group 1: the scalars, which need no shapes.
+struct Scalars {
+  Gate gate = Gate::bounded;
+  IndicesMode mode = IndicesMode::unique_or_null;
+};
 
-Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
-  if (op != Op::single && op != Op::packed)
-    return invalid_argument(fmt::format("op: expected single|packed, got {}", static_cast<int>(op)));
-  const bool packed = op == Op::packed;
-
-  // Scalars first: they need no shapes.
+Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
+  Scalars sc;
   const int32_t gate = enum_value(a.gate);
   if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
-    return invalid_argument(fmt::format("gate: expected bounded|softplus, got {}", gate));
-  if (gate == KDAJIT_GATE_BOUNDED && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
+    return invalid_argument(fmt::format("gate: expected {}, got {}", choices<Gate>(), gate));
+  sc.gate = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
+  if (sc.gate == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
     return invalid_argument(
         fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
   if (!(std::isfinite(a.norm_eps) && a.norm_eps >= 0.0f))
     return invalid_argument(fmt::format("norm_eps: expected a finite value >= 0, got {}", a.norm_eps));
   const int32_t mode = enum_value(a.state_indices_mode);
-  switch (mode) {
-    case KDAJIT_INDICES_UNIQUE_OR_NULL:
-    case KDAJIT_INDICES_POSITIVE_UNIQUE: break;
-    case KDAJIT_INDICES_REPEATED_POSITIVE:
-      if (packed)
-        return invalid_argument(
-            "state_indices_mode: expected unique_or_null or positive_unique for the packed op (live sequences must "
-            "not share slots, docs/CONTRACT.md §4), got repeated_positive");
-      break;
-    default:
-      return invalid_argument(fmt::format("state_indices_mode: expected unique_or_null|positive_unique|"
-                                          "repeated_positive, got {}",
-                                          mode));
-  }
+  if (mode < 0 || mode >= static_cast<int32_t>(kIndicesModeNames.size()))
+    return invalid_argument(
+        fmt::format("state_indices_mode: expected {}, got {}", fmt::join(kIndicesModeNames, "|"), mode));
+  sc.mode = static_cast<IndicesMode>(mode);
+  if (op == Op::packed && sc.mode == IndicesMode::repeated_positive)
+    return invalid_argument(
+        "state_indices_mode: expected unique_or_null or positive_unique for the packed op (live sequences must "
+        "not share slots, docs/CONTRACT.md §4), got repeated_positive");
   if (a.oob_counter && reinterpret_cast<uintptr_t>(a.oob_counter) % 4 != 0)
     return invalid_argument(fmt::format("oob_counter: expected NULL or an int32 pointer aligned to 4 bytes, got {:#x}",
                                         reinterpret_cast<uintptr_t>(a.oob_counter)));
+  return sc;
+}
 
-  // The sizes, each from the tensor that defines it.
+// Rule group 2: the sizes, each from the tensor that defines it (after that
+// tensor's pointer, dtype, rank and element alignment).
+Result<Sizes> read_sizes(Op op, const kdajit_decode_args_t& a) {
   Sizes sz;
   sz.op = op;
   KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
@@ -269,7 +268,7 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   KDAJIT_TRY(check_header("state", a.state, kF32 | kBF16, 4, "[S, H, 128, 128]"));
   KDAJIT_TRY(check_count("state", a.state, 0, "slots S", 1));
   sz.S = a.state.shape[0];
-  if (packed) {
+  if (op == Op::packed) {
     KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 2, "[N, T]"));
     KDAJIT_TRY(check_count("state_indices", a.state_indices, 0, "sequences N", 1));
     sz.N = a.state_indices.shape[0];
@@ -285,9 +284,20 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   } else {
     KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 1, "[R]"));
   }
+  return sz;
+}
 
+// The used stride of every tensor the kernel steps over, and the conv layout.
+struct Layout {
+  ConvLayout conv = ConvLayout::sd;
+  int64_t x_row = 0, conv_slot = 0, gate_row = 0, beta_row = 0, state_slot = 0, ogate_row = 0, out_row = 0;
+};
+
+// Rule group 3: every tensor against the sizes (§1.2), in the contract's order.
+Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
   const int64_t H = sz.H, R = sz.R, S = sz.S, N = sz.N, T = sz.T;
   const int64_t hidden = H * kD, qkv = 3 * hidden, K = T + kConvWidth - 2;
+  Layout lay;
 
   // x [R, qkv]
   const Dim x_dims[] = {{R, "R", qkv, "row"}, {qkv, "3*H*128", 1}};
@@ -303,16 +313,15 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   const Dim sd_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", 1}, {K, "K=T+2", qkv}};
   const Dim ds_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", K}, {K, "K=T+2", 1}};
   KDAJIT_TRY(check_shape("conv_state", a.conv_state, sd_dims, sz));
-  ConvLayout conv;
   if (strides_match(a.conv_state, sd_dims))
-    conv = ConvLayout::sd;
+    lay.conv = ConvLayout::sd;
   else if (strides_match(a.conv_state, ds_dims))
-    conv = ConvLayout::ds;
+    lay.conv = ConvLayout::ds;
   else
     return invalid_argument(fmt::format("conv_state: expected strides {} [SD] or {} [DS], got {}",
                                         expected_strides(sd_dims), expected_strides(ds_dims),
                                         strides_of(a.conv_state)));
-  const auto& conv_dims = conv == ConvLayout::sd ? sd_dims : ds_dims;
+  const auto& conv_dims = lay.conv == ConvLayout::sd ? sd_dims : ds_dims;
   KDAJIT_TRY(check_tensor("conv_state", a.conv_state, conv_dims, 8, sz));
   KDAJIT_TRY(check_slot_alignment("conv_state", a.conv_state, 8));
 
@@ -330,7 +339,7 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   const Dim dtb_dims[] = {{hidden, "H*128", 1}};
   KDAJIT_TRY(check_tensor("dt_bias", a.dt_bias, dtb_dims, 4, sz));
 
-  if (packed) {
+  if (sz.op == Op::packed) {
     const Dim si_dims[] = {{N, "N", T}, {T, "T", 1}};
     KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
   } else {
@@ -351,7 +360,7 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   KDAJIT_TRY(check_header("output", a.output, kBF16, 3, "[R, H, 128]"));
   KDAJIT_TRY(check_tensor("output", a.output, rhd_dims, 2, sz));
 
-  if (packed) {
+  if (sz.op == Op::packed) {
     KDAJIT_TRY(check_header("query_start_loc", a.query_start_loc, kI32, 1, "[N+1]"));
     const Dim qsl_dims[] = {{N + 1, "N+1", 1}};
     KDAJIT_TRY(check_tensor("query_start_loc", a.query_start_loc, qsl_dims, 4, sz));
@@ -360,19 +369,20 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
     KDAJIT_TRY(check_tensor("num_accepted_tokens", a.num_accepted_tokens, nat_dims, 4, sz));
   }
 
-  ValidatedCall call;
-  KernelKey& family = call.shape.family;
-  family.op = op;
-  family.heads = static_cast<int>(H);
-  family.tokens = static_cast<int>(T);
-  family.state = enum_value(a.state.dtype) == KDAJIT_DTYPE_F32 ? StateDtype::f32 : StateDtype::bf16;
-  family.conv = conv;
-  family.gate = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
-  call.shape.mode = static_cast<IndicesMode>(mode);
-  call.shape.rows = R;
-  call.shape.num_seqs = packed ? N : 0;
+  lay.x_row = used_stride(a.x, x_dims[0], 0);
+  lay.conv_slot = used_stride(a.conv_state, conv_dims[0], 0);
+  lay.gate_row = used_stride(a.raw_gate, rhd_dims[0], 0);
+  lay.beta_row = used_stride(a.raw_beta, beta_dims[0], 0);
+  lay.state_slot = used_stride(a.state, st_dims[0], 0);
+  lay.ogate_row = used_stride(a.output_gate, rhd_dims[0], 0);
+  lay.out_row = used_stride(a.output, rhd_dims[0], 0);
+  return lay;
+}
 
-  KdaParams& p = call.params;
+// The kernel parameter block of a call whose every rule held.
+KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layout& lay) {
+  const bool packed = sz.op == Op::packed;
+  KdaParams p{};
   p.x = static_cast<const kda_bf16_bits*>(a.x.data);
   p.conv_weight = static_cast<const float*>(a.conv_weight.data);
   p.conv_state = static_cast<kda_bf16_bits*>(a.conv_state.data);
@@ -388,18 +398,42 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   p.query_start_loc = packed ? static_cast<const kda_i32*>(a.query_start_loc.data) : nullptr;
   p.num_accepted = packed ? static_cast<const kda_i32*>(a.num_accepted_tokens.data) : nullptr;
   p.oob_counter = a.oob_counter;
-  p.x_row_stride = used_stride(a.x, x_dims[0], 0);
-  p.conv_slot_stride = used_stride(a.conv_state, conv_dims[0], 0);
-  p.gate_row_stride = used_stride(a.raw_gate, rhd_dims[0], 0);
-  p.beta_row_stride = used_stride(a.raw_beta, beta_dims[0], 0);
-  p.state_slot_stride = used_stride(a.state, st_dims[0], 0);
-  p.ogate_row_stride = used_stride(a.output_gate, rhd_dims[0], 0);
-  p.out_row_stride = used_stride(a.output, rhd_dims[0], 0);
-  p.rows = static_cast<kda_i32>(R);
-  p.num_seqs = static_cast<kda_i32>(call.shape.num_seqs);
-  p.num_slots = static_cast<kda_i32>(S);
+  p.x_row_stride = lay.x_row;
+  p.conv_slot_stride = lay.conv_slot;
+  p.gate_row_stride = lay.gate_row;
+  p.beta_row_stride = lay.beta_row;
+  p.state_slot_stride = lay.state_slot;
+  p.ogate_row_stride = lay.ogate_row;
+  p.out_row_stride = lay.out_row;
+  p.rows = static_cast<kda_i32>(sz.R);
+  p.num_seqs = static_cast<kda_i32>(packed ? sz.N : 0);
+  p.num_slots = static_cast<kda_i32>(sz.S);
   p.lower_bound = a.lower_bound;
   p.norm_eps = a.norm_eps;
+  return p;
+}
+
+}  // namespace
+
+Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
+  if (op != Op::single && op != Op::packed)
+    return invalid_argument(fmt::format("op: expected {}, got {}", choices<Op>(), static_cast<int>(op)));
+  KDAJIT_TRY_ASSIGN(const Scalars sc, check_scalars(op, a));
+  KDAJIT_TRY_ASSIGN(const Sizes sz, read_sizes(op, a));
+  KDAJIT_TRY_ASSIGN(const Layout lay, check_tensors(a, sz));
+
+  ValidatedCall call;
+  KernelKey& family = call.shape.family;
+  family.op = op;
+  family.heads = static_cast<int>(sz.H);
+  family.tokens = static_cast<int>(sz.T);
+  family.state = enum_value(a.state.dtype) == KDAJIT_DTYPE_F32 ? StateDtype::f32 : StateDtype::bf16;
+  family.conv = lay.conv;
+  family.gate = sc.gate;
+  call.shape.mode = sc.mode;
+  call.shape.rows = sz.R;
+  call.shape.num_seqs = op == Op::packed ? sz.N : 0;
+  call.params = make_params(a, sz, lay);
   return call;
 }
 

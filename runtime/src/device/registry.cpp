@@ -5,68 +5,29 @@
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/runtime/jit/obtain.hpp"
-#include "kdajit/runtime/tune/tune.hpp"
+#include "kdajit/routes.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit {
 
-KernelRegistry::KernelRegistry(std::shared_ptr<KernelCache> cache, RegistryOptions options)
-    : cache_(std::move(cache)), options_(options) {}
+KernelRegistry::KernelRegistry(std::shared_ptr<KernelCache> cache) : cache_(std::move(cache)) {}
 
 // Modules stay loaded for the life of their context: unloading at exit could
 // race with the driver's own teardown.
 KernelRegistry::~KernelRegistry() = default;
 
-Result<KernelRegistry::PerContext*> KernelRegistry::add_context(CUcontext ctx) {
-  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
-  CUdevice dev = 0;
-  KDAJIT_TRY(cu_check(*api, api->cuCtxPushCurrent(ctx), "cuCtxPushCurrent"));
-  const CUresult r = api->cuCtxGetDevice(&dev);
-  CUcontext popped = nullptr;
-  api->cuCtxPopCurrent(&popped);
-  KDAJIT_TRY(cu_check(*api, r, "cuCtxGetDevice"));
-  auto pc = std::make_unique<PerContext>();
-  KDAJIT_TRY_ASSIGN(pc->device, device_traits(*api, dev, options_.arch));
-  // Only a table that is there costs loading NVRTC (its version is part of the
-  // identity the table is checked against); a cache hit needs no NVRTC otherwise.
-  if (options_.use_tuning && !options_.forced_route &&
-      TuneTable::present(cache_->root(), tune_identity(*api, dev, pc->device.arch, /*with_nvrtc=*/false))) {
-    auto t = TuneTable::load(cache_->root(), tune_identity(*api, dev, pc->device.arch));
-    if (!t) log_warning("{}; using the built-in route bands", t.error().message);
-    else if (*t) pc->tuned = std::move(**t);
-  }
-  std::unique_lock lock(mu_);
-  auto [it, inserted] = contexts_.emplace(ctx, std::move(pc));
-  return it->second.get();
-}
-
-Result<Resolved> KernelRegistry::resolve(CUcontext ctx, const CallShape& call) {
-  {
-    std::shared_lock lock(mu_);
-    auto it = contexts_.find(ctx);
-    if (it != contexts_.end()) {
-      const PerContext& pc = *it->second;
-      RoutePolicy policy{options_.forced_route, pc.tuned ? &*pc.tuned : nullptr};
-      KDAJIT_TRY_ASSIGN(Route route, select_route(call, pc.device, policy));
-      Resolved out{key_for(call, route, pc.device.arch), std::nullopt, pc.device};
-      if (auto k = pc.kernels.find(out.key); k != pc.kernels.end()) out.kernel = k->second;
-      return out;
-    }
-  }
-  KDAJIT_TRY(add_context(ctx));  // once per context, then the hot path above
-  return resolve(ctx, call);
+std::optional<LoadedKernel> KernelRegistry::find(CUcontext ctx, const KernelKey& key) const {
+  std::shared_lock lock(mu_);
+  auto it = contexts_.find(ctx);
+  if (it == contexts_.end()) return std::nullopt;
+  auto k = it->second.find(key);
+  if (k == it->second.end()) return std::nullopt;
+  return k->second;
 }
 
 Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, bool allow_build) {
   std::lock_guard load_lock(load_mu_);
-  PerContext* pc = nullptr;
-  {
-    std::shared_lock lock(mu_);
-    auto it = contexts_.find(ctx);
-    if (it == contexts_.end()) return Error(ErrorCode::internal, "registry: load() before resolve() for this context");
-    pc = it->second.get();
-    if (auto k = pc->kernels.find(key); k != pc->kernels.end()) return k->second;  // loaded meanwhile
-  }
+  if (auto k = find(ctx, key)) return *k;  // loaded meanwhile
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache_, key, allow_build));
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   CUmodule mod = nullptr;
@@ -93,7 +54,7 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
     }
   }
   std::unique_lock lock(mu_);
-  pc->kernels.emplace(key, k);
+  contexts_[ctx].emplace(key, k);
   return k;
 }
 

@@ -1,7 +1,6 @@
 #include "kdajit/runtime/tune/tune.hpp"
 
 #include <algorithm>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -12,8 +11,11 @@
 #include "kdajit/env.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit/kdajit_version.h"
-#include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/call/validate.hpp"
+#include "kdajit/runtime/device/launch.hpp"
+#include "kdajit/runtime/device/registry.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
+#include "kdajit/runtime/jit/obtain.hpp"
 
 namespace kdajit {
 
@@ -181,16 +183,10 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
   KDAJIT_TRY_ASSIGN(Environment env, read_environment());
   KDAJIT_TRY_ASSIGN(DeviceTraits device, device_traits(*api, dev, env.arch));
 
-  // One runtime per route, all on one cache; built-in bands only (a tune must
-  // not read the table it is about to replace).
-  std::map<Route, std::unique_ptr<Runtime::Impl>> runtimes;
-  for (const RouteSpec& r : route_table()) {
-    RuntimeOptions ro;
-    ro.cache_dir = o.cache_dir;
-    ro.route = std::string(r.name());
-    ro.use_tuning = false;
-    KDAJIT_TRY_ASSIGN(runtimes[r.route], Runtime::Impl::create(ro));
-  }
+  // Every route's kernel is launched directly (validation, the registry, the
+  // route's launch plan): the tune never reads the table it is about to replace.
+  KDAJIT_TRY_ASSIGN(std::shared_ptr<KernelCache> cache, open_kernel_cache(o.cache_dir));
+  KernelRegistry registry(cache);
   TuneReport report;
   report.table = TuneTable(tune_identity(*api, dev, device.arch));
 
@@ -232,20 +228,23 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
     KDAJIT_TRY_ASSIGN(auto buffers, FamilyBuffers::make(*api, family, max_rows));
     for (int64_t rows : o.rows) {
       const kdajit_decode_args_t args = buffers->args(rows);
+      KDAJIT_TRY_ASSIGN(const ValidatedCall call, validate_decode(family.op, args));
       Route best = routes.front();
       double best_us = 0;
       std::string line = fmt::format("{} rows {}:", key_name(family), rows);
       for (Route route : routes) {
-        Runtime::Impl& rt = *runtimes.at(route);
-        auto cu_stream = reinterpret_cast<kdajit_stream_t>(stream);
-        // Warm-up: the first call loads (or compiles) the kernel.
-        for (int w = 0; w < 2; ++w) KDAJIT_TRY(rt.decode(family.op, args, cu_stream));
+        const KernelKey key = key_for(call.shape, route, device.arch);
+        KDAJIT_TRY_ASSIGN(const LoadedKernel kernel, registry.load(ctx, key, /*allow_build=*/true));
+        const PreparedLaunch prepared = prepare_launch(launch_plan(key, call.shape, device), /*pdl=*/false);
+        auto run = [&] { return launch(*api, kernel.function, prepared, stream, call.params, key); };
+        // Warm-up: the first launches settle clocks and caches.
+        for (int w = 0; w < 2; ++w) KDAJIT_TRY(run());
         std::vector<double> us;
         for (int i = 0; i < o.reps; ++i) {
           KDAJIT_TRY(cu_check(*api, api->cuMemsetD32Async(flush.ptr(), static_cast<unsigned>(i), kFlushBytes / 4, stream),
                               "cuMemsetD32Async"));
           KDAJIT_TRY(cu_check(*api, api->cuEventRecord(start, stream), "cuEventRecord"));
-          KDAJIT_TRY(rt.decode(family.op, args, cu_stream));
+          KDAJIT_TRY(run());
           KDAJIT_TRY(cu_check(*api, api->cuEventRecord(stop, stream), "cuEventRecord"));
           KDAJIT_TRY(cu_check(*api, api->cuEventSynchronize(stop), "cuEventSynchronize (the decode kernel)"));
           float ms = 0;
@@ -265,7 +264,7 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
       if (o.progress) o.progress(fmt::format("{} -> {}", line, to_string(best)));
     }
   }
-  const std::string root = runtimes.begin()->second->cache->root();
+  const std::string root = cache->root();
   KDAJIT_TRY(report.table.save(root));
   report.path = TuneTable::path_for(root, report.table.identity());
   return report;

@@ -108,7 +108,7 @@ TEST_CASE("a covering set compiles for sm_90 and sm_100a with zero spills", "[co
     CHECK(r->cubin.size() > 1000);
     CHECK(r->resources.registers > 0);  // the ptxas report was read (so spills are known)
     const RouteSpec& route = route_spec(keys[i].route);
-    CHECK(r->resources.registers <= 65536 / (route.occupancy_for(keys[i]) * route.threads(keys[i])));  // the route's CTAs per SM
+    CHECK(r->resources.registers <= 65536 / (route.ctas_per_sm(keys[i]) * route.threads(keys[i])));  // the route's CTAs per SM
     CHECK(r->resources.spill_bytes == 0);
     CHECK(r->resources.stack_bytes == 0);
   }

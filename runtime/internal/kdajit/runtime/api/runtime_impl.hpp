@@ -1,13 +1,18 @@
 // The runtime behind the public C++ API and the C ABI: validate -> resolve
-// (selection + registry lookup) -> load on a miss -> launch.
+// (the context's device and tune table, route selection, registry lookup) ->
+// load on a miss -> launch.
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 
 #include "kdajit/kdajit.hpp"
 #include "kdajit/runtime/call/validate.hpp"
 #include "kdajit/runtime/device/registry.hpp"
+#include "kdajit/runtime/tune/tune_table.hpp"
 
 namespace kdajit {
 
@@ -17,6 +22,9 @@ struct Runtime::Impl {
   uint64_t id = 0;
   std::shared_ptr<KernelCache> cache;
   std::unique_ptr<KernelRegistry> registry;
+  std::optional<Arch> arch;            // options.arch, else KDAJIT_ARCH; else each device's
+  std::optional<Route> forced_route;   // options.route
+  bool use_tuning = true;              // read a `kdajit tune` table for each device
   bool pdl = false;
   CUcontext fixed_ctx = nullptr;  // options.device >= 0: that device's primary context
   CUdevice fixed_device = 0;
@@ -34,8 +42,24 @@ struct Runtime::Impl {
   Result<bool> prewarm(const KernelKey& key);
 
  private:
+  // What selection needs of a context, read once: its device and tune table.
+  struct ContextRoutes {
+    DeviceTraits device;
+    std::optional<TuneTable> tuned;
+  };
+  // The key a call runs with in `ctx`, and its kernel when loaded there.
+  struct Resolved {
+    KernelKey key;
+    std::optional<LoadedKernel> kernel;
+    DeviceTraits device;  // the launch grid of some routes depends on its SM count
+  };
+  Result<Resolved> resolve(CUcontext ctx, const CallShape& call);
+  Result<const ContextRoutes*> routes_of(CUcontext ctx);
   // The context a call on `stream` launches in.
   Result<CUcontext> context_for(kdajit_stream_t stream) const;
+
+  std::shared_mutex contexts_mu_;
+  std::unordered_map<CUcontext, std::unique_ptr<ContextRoutes>> contexts_;  // never removed
 };
 
 // Maps an internal Error to the public outcome (same numeric codes).

@@ -8,31 +8,17 @@
 
 namespace kdajit {
 
-class TuneTable;
-
 struct RoutePolicy {
-  std::optional<Route> forced;        // RuntimeOptions::route: every call must be eligible for it
-  const TuneTable* tuned = nullptr;   // a `kdajit tune` table for this device, when allowed and present
+  std::optional<Route> forced;  // RuntimeOptions::route: every call must be eligible for it
+  std::optional<Route> tuned;   // the route a `kdajit tune` table of this device gives the call, if any
 };
 
-// The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands"):
-// repeated_positive -> sequential; packed: f32 -> stream (T <= 8), bf16 ->
-// stream at T <= 2 with items > 2 x SMs, else rowcta; single: bf16 -> stream
-// with R x H > 2 x SMs, else rowcta; f32 with 8 x R x H <= SMs -> split4, else
-// rowcta.
-// Always an eligible route.
+// The built-in bands, measured on the H200 (select.cpp says what each band is
+// and why; docs/PERFORMANCE.md has the measurements). Always an eligible route.
 Route builtin_route(const CallShape& call, const DeviceTraits& device);
 
 // forced > tuned (when its route is eligible) > built-in. Error{unsupported}
 // when the forced route does not serve the op or is not eligible for the call.
 Result<Route> select_route(const CallShape& call, const DeviceTraits& device, const RoutePolicy& policy);
-
-// The key `call` runs with on `device` with `route`.
-inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
-  KernelKey k = call.family;
-  k.route = route;
-  k.arch = arch;
-  return k;
-}
 
 }  // namespace kdajit

@@ -1,7 +1,6 @@
-// Loaded kernels per CUDA context. The launch hot path is resolve(): under one
-// shared lock it finds the context's device traits, lets the selector pick the
-// route, and finds the loaded kernel of the resulting key. A miss goes to
-// load(): the build step (memory, disk, compile) and cuModuleLoadData.
+// Loaded kernels per CUDA context: (context, key) -> CUfunction. find() is the
+// launch path's lookup under a shared lock; a miss goes to load(): the build
+// step (memory, disk, compile) and cuModuleLoadData, once per key and context.
 #pragma once
 
 #include <cuda.h>
@@ -10,13 +9,10 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
-#include <string>
 #include <unordered_map>
 
 #include "kdajit/error.hpp"
-#include "kdajit/routes.hpp"
-#include "kdajit/runtime/call/select.hpp"
-#include "kdajit/runtime/tune/tune_table.hpp"
+#include "kdajit/kernel_key.hpp"
 
 namespace kdajit {
 
@@ -26,28 +22,13 @@ struct LoadedKernel {
   CUfunction function = nullptr;
 };
 
-// What resolve() found: the key selection chose, and the kernel when it is
-// loaded in the context already.
-struct Resolved {
-  KernelKey key;
-  std::optional<LoadedKernel> kernel;
-  DeviceTraits device;  // the context's device (the launch grid of some routes depends on its SM count)
-};
-
-struct RegistryOptions {
-  std::optional<Arch> arch;            // RuntimeOptions::arch, else KDAJIT_ARCH; else the device's
-  std::optional<Route> forced_route;   // RuntimeOptions::route
-  bool use_tuning = true;              // read a `kdajit tune` table for each device
-};
-
 class KernelRegistry {
  public:
-  KernelRegistry(std::shared_ptr<KernelCache> cache, RegistryOptions options);
+  explicit KernelRegistry(std::shared_ptr<KernelCache> cache);
   ~KernelRegistry();
 
-  // Selection and lookup for a call in `ctx`. The first call in a context reads
-  // its device (arch, SM count, tune table) once.
-  Result<Resolved> resolve(CUcontext ctx, const CallShape& call);
+  // The kernel of `key` when it is loaded in `ctx` already.
+  std::optional<LoadedKernel> find(CUcontext ctx, const KernelKey& key) const;
 
   // Loads (building if allow_build) and remembers the kernel for `ctx`; the
   // caller makes `ctx` current. allow_build = false turns a cache miss into a
@@ -57,18 +38,10 @@ class KernelRegistry {
   KernelCache& cache() { return *cache_; }
 
  private:
-  struct PerContext {
-    DeviceTraits device;
-    std::optional<TuneTable> tuned;
-    std::unordered_map<KernelKey, LoadedKernel, KernelKeyHash> kernels;
-  };
-  Result<PerContext*> add_context(CUcontext ctx);
-
+  using Kernels = std::unordered_map<KernelKey, LoadedKernel, KernelKeyHash>;
   std::shared_ptr<KernelCache> cache_;
-  RegistryOptions options_;
   mutable std::shared_mutex mu_;
-  // Node-based: a PerContext never moves once inserted, and contexts are never removed.
-  std::unordered_map<CUcontext, std::unique_ptr<PerContext>> contexts_;
+  std::unordered_map<CUcontext, Kernels> contexts_;  // contexts are never removed
   std::mutex load_mu_;  // serialises module loads (rare) so each key loads once per context
 };
 
