@@ -22,7 +22,9 @@
                                           time / OLD's over the cells both ran; with --targets, OLD's
                                           range and count beside each target cell
 
-Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their flat table.
+FILE and OLD may also be a run's summary (bench/summarize.py, kdajit-bench-summary/1, what
+bench/results/ keeps): its grid prints the same tables. Files of the older schema
+(kdajit-bench-decode/1, no floor kernel) print their flat table.
 """
 import argparse
 import json
@@ -229,6 +231,13 @@ def against(j, old):
         print(f"| {op} | {state} | {t or 'all'} | {len(v)} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
 
 
+def load(path):
+    """The grid of a kdajit_bench JSON, or of a run's summary (bench/summarize.py)."""
+    with open(path) as f:
+        j = json.load(f)
+    return j["grid"] if j.get("schema") == "kdajit-bench-summary/1" else j
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
@@ -239,12 +248,8 @@ def main(argv=None):
     ap.add_argument("--targets", action="store_true", help="issue 9's target bands (see above)")
     ap.add_argument("--against", metavar="OLD", help="a kdajit_bench JSON to compare with (see above)")
     a = ap.parse_args(argv)
-    with open(a.file) as f:
-        j = json.load(f)
-    old = None
-    if a.against:
-        with open(a.against) as f:
-            old = json.load(f)
+    j = load(a.file)
+    old = load(a.against) if a.against else None
     for name, f in ((a.file, j), (a.against, old)):
         if f is not None and f.get("schema") != "kdajit-bench-decode/2" and (a.targets or a.against):
             ap.error(f"--targets and --against read kdajit-bench-decode/2 files; {name} is {f.get('schema')!r}")
