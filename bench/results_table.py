@@ -15,7 +15,7 @@
                                           cell's route, forced in every cell fitted) and the floor;
                                           slope ratio = kdajit's per-MB cost / the floor's, and the
                                           extra fixed cost: what a large batch and a small one pay
-  results_table.py FILE --targets         issue 9's targets per (op, state): the range of kdajit / floor
+  results_table.py FILE --targets         the targets per (op, state): the range of kdajit / floor
                                           and the cells that meet 1.15 (N <= 8), 1.08 (N = 32) and
                                           1.05 (N >= 128), unrounded; the packed op counts T = 2 and 4
   results_table.py FILE --against OLD     per family (op, state; packed also per T), FILE's device
@@ -169,7 +169,8 @@ def fit(j):
               f"| {b1:.4f} | {b0:.4f} | {b1 / b0:.3f} |")
 
 
-# Issue 9's targets: the bands of N (single: rows, packed: sequences) and their limits.
+# The targets (docs/PERFORMANCE.md, "How it is measured"): the bands of N (single: rows,
+# packed: sequences) and their limits.
 TARGETS = (("N <= 8", lambda n: n <= 8, 1.15), ("N = 32", lambda n: n == 32, 1.08), ("N >= 128", lambda n: n >= 128, 1.05))
 
 
@@ -245,7 +246,7 @@ def main(argv=None):
     ap.add_argument("--route", help="the grid of this forced route (a --routes run)")
     ap.add_argument("--flat", action="store_true")
     ap.add_argument("--fit", action="store_true", help="fixed + per-MB cost per family (see above)")
-    ap.add_argument("--targets", action="store_true", help="issue 9's target bands (see above)")
+    ap.add_argument("--targets", action="store_true", help="the target bands (see above)")
     ap.add_argument("--against", metavar="OLD", help="a kdajit_bench JSON to compare with (see above)")
     a = ap.parse_args(argv)
     j = load(a.file)

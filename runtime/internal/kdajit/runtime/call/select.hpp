@@ -15,11 +15,13 @@ struct RoutePolicy {
   const TuneTable* tuned = nullptr;   // a `kdajit tune` table for this device, when allowed and present
 };
 
-// The built-in bands (measured on the H200; docs/PERFORMANCE.md "Selector bands"):
-// repeated_positive -> sequential; packed: f32 -> stream (T <= 8), bf16 ->
-// stream at T <= 2 with items > 2 x SMs, else rowcta; single: bf16 -> stream
-// with R x H > 2 x SMs, else rowcta; f32 with 8 x R x H <= SMs -> split4, else
-// rowcta.
+// The built-in bands (measured on the H200; docs/PERFORMANCE.md "The
+// selector's bands"; select.cpp has each threshold and its reason):
+// repeated_positive -> sequential; else the value split while its CTAs fit the
+// SMs (split4, then split2); else by G, stream's resident grid (two CTAs per
+// SM): single f32 -> rowcta; single bf16 and packed bf16 T <= 2 -> rowcta up to
+// G items, stream beyond; packed bf16 T = 3..7 -> the same from 8G; packed f32
+// T <= 7 -> stream between G and 2G, else rowcta; packed T = 8 -> stream.
 // Always an eligible route.
 Route builtin_route(const CallShape& call, const DeviceTraits& device);
 
