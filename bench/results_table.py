@@ -15,14 +15,16 @@
                                           cell's route, forced in every cell fitted) and the floor;
                                           slope ratio = kdajit's per-MB cost / the floor's, and the
                                           extra fixed cost: what a large batch and a small one pay
-  results_table.py FILE --targets         issue 9's targets per (op, state): the range of kdajit / floor
+  results_table.py FILE --targets         the targets per (op, state): the range of kdajit / floor
                                           and the cells that meet 1.15 (N <= 8), 1.08 (N = 32) and
                                           1.05 (N >= 128), unrounded; the packed op counts T = 2 and 4
   results_table.py FILE --against OLD     per family (op, state; packed also per T), FILE's device
                                           time / OLD's over the cells both ran; with --targets, OLD's
                                           range and count beside each target cell
 
-Files of the older schema (kdajit-bench-decode/1, no floor kernel) print their flat table.
+FILE and OLD may also be a run's summary (bench/summarize.py, kdajit-bench-summary/1, what
+bench/results/ keeps): its grid prints the same tables. Files of the older schema
+(kdajit-bench-decode/1, no floor kernel) print their flat table.
 """
 import argparse
 import json
@@ -167,7 +169,8 @@ def fit(j):
               f"| {b1:.4f} | {b0:.4f} | {b1 / b0:.3f} |")
 
 
-# Issue 9's targets: the bands of N (single: rows, packed: sequences) and their limits.
+# The targets (docs/PERFORMANCE.md, "How it is measured"): the bands of N (single: rows,
+# packed: sequences) and their limits.
 TARGETS = (("N <= 8", lambda n: n <= 8, 1.15), ("N = 32", lambda n: n == 32, 1.08), ("N >= 128", lambda n: n >= 128, 1.05))
 
 
@@ -229,6 +232,13 @@ def against(j, old):
         print(f"| {op} | {state} | {t or 'all'} | {len(v)} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
 
 
+def load(path):
+    """The grid of a kdajit_bench JSON, or of a run's summary (bench/summarize.py)."""
+    with open(path) as f:
+        j = json.load(f)
+    return j["grid"] if j.get("schema") == "kdajit-bench-summary/1" else j
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
@@ -236,15 +246,11 @@ def main(argv=None):
     ap.add_argument("--route", help="the grid of this forced route (a --routes run)")
     ap.add_argument("--flat", action="store_true")
     ap.add_argument("--fit", action="store_true", help="fixed + per-MB cost per family (see above)")
-    ap.add_argument("--targets", action="store_true", help="issue 9's target bands (see above)")
+    ap.add_argument("--targets", action="store_true", help="the target bands (see above)")
     ap.add_argument("--against", metavar="OLD", help="a kdajit_bench JSON to compare with (see above)")
     a = ap.parse_args(argv)
-    with open(a.file) as f:
-        j = json.load(f)
-    old = None
-    if a.against:
-        with open(a.against) as f:
-            old = json.load(f)
+    j = load(a.file)
+    old = load(a.against) if a.against else None
     for name, f in ((a.file, j), (a.against, old)):
         if f is not None and f.get("schema") != "kdajit-bench-decode/2" and (a.targets or a.against):
             ap.error(f"--targets and --against read kdajit-bench-decode/2 files; {name} is {f.get('schema')!r}")

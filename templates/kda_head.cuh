@@ -373,13 +373,13 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   // T <= 4: the per-token inputs into registers, then the state slice, then
   // their stores into Smem. The inputs are a few KB and phase A needs all of
   // them; the slice (32 or 64 KB per CTA) is not read before phase B. Issued
-  // first, it held the inputs behind it in the memory queues; issued after
-  // the stores, it waited for the inputs (eleventh session: rowcta 1-18%
-  // faster, the split 6-16%). A thread past the last token loads token L-1 again
-  // and stores nothing: the loads stay out of the stores' branches, which
-  // would keep them behind the first store. T >= 5 keeps the slice first:
-  // held in registers, its inputs spill at T = 7 with 512 threads, and T =
-  // 5..8 were not timed this way.
+  // first, it holds the inputs behind it in the memory queues; issued after
+  // the stores, it waits for the inputs (this order: rowcta 1-18% faster, the
+  // split 6-16%). A thread past the last token loads token L-1 again and
+  // stores nothing: the loads stay out of the stores' branches, which would
+  // keep them behind the first store. T >= 5 keeps the slice first: held in
+  // registers, its inputs spill at T = 7 with 512 threads, and T = 5..8 are
+  // not timed this way.
   float A;  // exp(A_log)
   if constexpr (kInputsFirst) {
     constexpr int kXRounds = (TT * kChans + kThreads - 1) / kThreads;
@@ -481,9 +481,8 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
   // inputs and still in flight): the taps' loads are complete here, since the
   // conv above consumed their values before this thread's shared stores of m,
   // which come before the arrive. T >= 5 (slice first, already landed) keeps
-  // the release arrive and the exchange below that the A/B measured (twelfth
-  // session: the relaxed arrive and st.async exchange took split4 at T = 8 5%
-  // slower, T <= 4 3-6% faster).
+  // the release arrive and the exchange below (A/B: the relaxed arrive and
+  // st.async exchange make split4 at T = 8 5% slower, T <= 4 3-6% faster).
   if constexpr (kSplit > 1) {
     if constexpr (kInputsFirst) cluster_arrive_relaxed();
     else cluster_arrive();

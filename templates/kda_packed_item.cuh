@@ -5,9 +5,9 @@
 // Items: n = max(N, ceil(R / T)), N when every sequence has T rows. Item i is
 // sequence i (when i < N) and the row candidates i, i + n, ..., i + (T-1) n
 // (< R): each of those that belongs to no sequence (below qsl[0] or from qsl[N]
-// on) is zeroed by it. n T >= R, so every row is some item's candidate. (Items
-// were max(N, R) before, one tail row each: T times the CTAs at full windows,
-// nearly all of them with nothing to do.)
+// on) is zeroed by it. n T >= R, so every row is some item's candidate. (With
+// max(N, R) items, one tail row each, a full window would launch T times the
+// CTAs, nearly all of them with nothing to do.)
 //
 // Interpretations (the contract's choices, docs/CONTRACT.md §4):
 //  - Sequence n is well formed iff 0 <= L = qsl[n+1] - qsl[n] <= T, qsl[n] >= 0

@@ -24,7 +24,7 @@ namespace kda {
 // qsl[n], m[3] = qsl[n+1], m[4] = num_accepted[n], m[5 + t] = state_indices[n, t].
 struct PackedWork {
   static_assert(kMetaInts >= 5 + kTokens, "the packed metadata of one item");
-  // Measured (docs/PERFORMANCE.md, ninth and tenth sessions): with 5T + 22
+  // Measured (A/B, docs/DESIGN.md "Route stream"): with 5T + 22
   // runs per item, bulk copies (bulk_issuers' warps) and no L2 hints are
   // faster than cp.async with hints at N >= 32 (up to 4.5%: bf16, N >= 128).
   static constexpr bool kBulkInputs = true, kL2Hints = false;

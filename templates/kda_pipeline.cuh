@@ -163,8 +163,8 @@ __device__ __forceinline__ void stage_inputs_cp_async(const KdaParams& p, Staged
 
 // How many warps issue an item's bulk copies (the last ones; the arrivals of
 // a phase of ss.in_bar). With 4 or more items a CTA, the last warp alone: its
-// issue hides behind the other warps' work on a long walk (A/B, tenth
-// session: 1-2% faster than every warp for packed bf16 at N >= 128). On a
+// issue hides behind the other warps' work on a long walk (A/B: 1-2% faster
+// than every warp for packed bf16 at N >= 128). On a
 // shorter walk, every warp: one warp's serial issue (an ELECT / UBLKCP loop
 // per lane) is on its critical path (every warp 1-2% faster at N = 8).
 __device__ __forceinline__ int bulk_issuers(long long items) {
@@ -254,8 +254,8 @@ __device__ __forceinline__ void staged_phase_a(const KdaParams& p, Smem<kTokens>
   const float A = expf(in.a_log);
   // Gate items start at the threads the conv leaves idle. The start comes from
   // a fresh thread index, so that its shared-memory addresses are formed here,
-  // per item: kept from the walk's prologue, they were more registers across
-  // phase B, which the packed f32 keys at T = 2 and 4 spilled (20 bytes).
+  // per item: kept from the walk's prologue, they would be more registers
+  // across phase B, which the packed f32 keys at T = 2 and 4 spill (20 bytes).
   for (int item = (fresh_tid() + kThreads - (3 * kD) % kThreads) % kThreads; item < L * kD; item += kThreads) {
     const int t = item / kD;
     const int k = item % kD;
@@ -335,7 +335,7 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
   cp_async_wait_all();
   __syncthreads();
   // Item 0's inputs first, then the slices: requested first, the slices (32-64
-  // KB each) held item 0's few KB of inputs behind them (eleventh session).
+  // KB each) hold item 0's few KB of inputs behind them (2-8% at N <= 32).
   if (i0 < items) stage_item_inputs(p, work, ss, i0, items, ss.meta[0]);
   if (tid == 0) {
 #pragma unroll
@@ -394,8 +394,8 @@ __device__ __forceinline__ void stream_items(const KdaParams& p, const Work& wor
       phases ^= 1u << st;
       U4 raw[kRowsPerLane];
       // This thread's unit from a fresh thread index: kept from the prologue,
-      // it was one more register across the walk (the f32 keys at T = 5..7
-      // spilled it).
+      // it would be one more register across the walk (the f32 keys at T = 5..7
+      // spill then).
       const int t_now = fresh_tid();
       const U4* src = stages + st * kSliceUnits + slice_unit(t_now >> 5, t_now & 31);
 #pragma unroll

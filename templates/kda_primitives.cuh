@@ -124,7 +124,7 @@ __device__ __forceinline__ void load_bf16_vec(const unsigned short* src, float (
 // divides by the approximate reciprocal (__fdividef: 2 ulp; 1 / inf = 0, so
 // sigmoid saturates to 0 and 1). Both stay far inside the tolerances of
 // docs/CONTRACT.md §8 (1e-3 for an f32 state); accurate expf and an IEEE
-// division measured 2-7% slower at N <= 8 (twelfth session). log1pf stays
+// division measure 2-7% slower at N <= 8. log1pf stays
 // accurate: softplus of a very negative logit is that small term itself.
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
@@ -231,8 +231,8 @@ __device__ __forceinline__ int cluster_rank() {
 // waits, alternating. A release arrive orders every earlier access of this
 // thread (loads included) before the other CTAs' accesses after their wait,
 // and so waits for all of them to complete: in-flight state loads and
-// checkpoint stores too (ncu put 15-24% of the split kernels' stall samples
-// on that wait and the cluster barrier behind it, twelfth session). A relaxed
+// checkpoint stores too (ncu puts 15-24% of the split kernels' stall samples
+// at N = 1 on that wait and the cluster barrier behind it). A relaxed
 // arrive orders nothing; its callers say what they rely on instead.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_relaxed() {

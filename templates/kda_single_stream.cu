@@ -22,10 +22,10 @@ namespace kda {
 // Metadata of item i: m[0] = state_indices[row] (its conv slot, state source
 // and checkpoint).
 struct SingleWork {
-  // Measured (docs/PERFORMANCE.md, ninth session): bulk copies from one warp
+  // Measured (A/B, docs/DESIGN.md "Route stream"): bulk copies from one warp
   // cost the single op up to 7% where a CTA has few items (one warp issues the
   // item's 27 runs one after another), and the L2 hints are worth 3-4%. From
-  // every warp (tenth session) they still cost 1-3% at R <= 32.
+  // every warp they still cost 1-3% at R <= 32 and gain nothing at R = 512.
   static constexpr bool kBulkInputs = false, kL2Hints = true;
   __device__ __forceinline__ long long items(const KdaParams& p) const {
     return static_cast<long long>(p.rows) * kHeads;

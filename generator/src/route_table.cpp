@@ -18,9 +18,9 @@ bool any_call(const CallShape&, const DeviceTraits&) { return true; }
 int rowcta_threads(const KernelKey& k) {
   // 8 warps: each thread holds 64 state values (f32: 16 rows x 4 k; bf16: 8 rows
   // x 8 k), room for two CTAs per SM without spills. Packed bf16 state: 16 warps
-  // (32 values per thread, <= 64 registers) measured 10-13% faster on the H200;
-  // single bf16 was 8-12% slower with 16 warps and f32 spills there
-  // (docs/PERFORMANCE.md).
+  // (32 values per thread, <= 64 registers) measure 10-13% faster on the H200;
+  // single bf16 is 8-12% slower with 16 warps and f32 spills there
+  // (docs/PERFORMANCE.md, "Levers measured and rejected").
   return k.op == Op::packed && k.state == StateDtype::bf16 ? 512 : 256;
 }
 int threads_256(const KernelKey&) { return 256; }
@@ -60,9 +60,9 @@ int stream_stages(const KernelKey& k) { return k.state == StateDtype::bf16 ? 2 :
 
 // split2, packed op, f32 state: one CTA per SM. Each thread holds 32 state
 // values next to the T tokens' staged inputs and the conv history the split
-// keeps live across phase B; at two CTAs per SM (128 registers) ptxas spilled
-// 8-80 bytes at T = 1 (conv ds) and T = 6..8 (84 keys of
-// the `full` preset). The selector picks split2 only while its CTAs fit one
+// keeps live across phase B; at two CTAs per SM (128 registers) ptxas spills
+// 8-80 bytes at T = 1 (conv ds) and T = 6..8 (84 keys of the `full` preset).
+// The selector picks split2 only while its CTAs fit one
 // per SM (2 x N x H <= SMs), so the cap costs no selected launch a CTA slot.
 // split4 stays at two: the packed op spills at three (80 registers), and the
 // selector picks the split only for batches that leave most SMs idle.

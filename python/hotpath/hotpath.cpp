@@ -1,5 +1,5 @@
 // kdajit._hotpath: the cache-hit path of kdajit.fused_kda_decode and
-// kdajit.packed_fused_kda_decode in C++ (issue 11: an eager call <= 15 us).
+// kdajit.packed_fused_kda_decode in C++ (the target: an eager call <= 15 us).
 //
 // What it replaces: the pure-Python hot path reads shape, stride(), dtype and
 // get_device() of 12-14 tensors (about 0.6 us per tensor on the H200 host with

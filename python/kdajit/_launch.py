@@ -1,6 +1,6 @@
 """fused_kda_decode / packed_fused_kda_decode over torch tensors.
 
-The hot path is built for host cost (issue 11: <= 15 us per eager call):
+The hot path is built for host cost (the target: <= 15 us per eager call):
 - a call reads each tensor's shape, stride(), dtype and device once, into one
   tuple that keys a cache of mappings (what the torch tensors look like as
   kdajit_tensor_t views: leading 1 dims dropped, [R, H*128] split, A_log's

@@ -45,7 +45,7 @@ TEST_CASE("opening a cache removes only kdajit's own old staging dirs", "[cache]
   std::string root = scratch / "cache";
   FakeBuild fb(key_h(16));
   { KernelCache cache(opts(root)); }
-  // The issue's reproducer: an operator's note in tmp/, two hours old.
+  // An operator's note in tmp/, two hours old: not kdajit's, so never deleted.
   write_text(root + "/tmp/notes", "x");
   fs::create_directories(root + "/tmp/other.XyZ123");
   write_text(root + "/tmp/other.XyZ123/keep", "x");

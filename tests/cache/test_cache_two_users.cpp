@@ -66,7 +66,7 @@ TEST_CASE("two users: a shared 1777 root is not trusted, a planted cubin never r
   SharedScratch scratch;
   std::string shared = scratch / "shared";
   FakeBuild fb(key_h(16));
-  // The issue's attack: another user replaced a cubin and its checksum in a shared root.
+  // The attack: another user replaces a cubin and its checksum in a shared root.
   plant_forged_entry(shared, fb, kAttacker);
   REQUIRE(::chmod(shared.c_str(), 01777) == 0);
   REQUIRE(::chown((shared + "/sm_90").c_str(), kAttacker, kAttacker) == 0);

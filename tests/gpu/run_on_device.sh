@@ -11,8 +11,8 @@
 # runs the sanitizers and the main job beside the shards instead of after
 # them (each shard is one CPU-bound process: its test problems and the f64
 # reference; a machine with more cores than shards has room for them). On
-# the 16-core H200 machine the whole suite fits one call that way (tenth
-# session: build 65 s, 661 cases in 199 s): SHARDS=16 CONCURRENT=1 bash ....
+# the 16-core H200 machine the whole suite fits one call that way (build
+# about 65 s, 669 cases in about 190 s): SHARDS=16 CONCURRENT=1 bash ....
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-out}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where the host time of one eager kdajit call goes, stage by stage, for both ops
-(issue 11 item 4: packed_fused_kda_decode 18.8 us vs fused_kda_decode 13 us on the
-H200 host; its Python side bimodal there, p10 9.4 us, median 14.7 us).
+(the key, the data pointers, the lookup, the pack, the stream, the C call), both
+ops interleaved with a fixed pure-Python probe, and the same problems as host
+tensors: what separates the two ops' host cost, and the host's own drift.
 
     PYTHONPATH=python KDAJIT_LIBRARY=build-device/runtime/libkdajit.so \\
         python3 tests/python/diag_host_cost.py            # CUDA tensors, real launches

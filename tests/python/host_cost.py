@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host cost of one eager kdajit call from Python (issue 11 item 4: <= 15 us median).
+"""Host cost of one eager kdajit call from Python (the target: <= 15 us median).
 
     python3 tests/python/host_cost.py            # on a CUDA machine: real launches
     python3 tests/python/host_cost.py --cpu      # anywhere: host tensors, the launch replaced

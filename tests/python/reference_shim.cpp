@@ -1,4 +1,4 @@
-// The project's f64 reference (tests/reference) behind one C function, so that
+// The project's f64 reference (tools/reference) behind one C function, so that
 // the Python tests can run it on host torch tensors through the same
 // kdajit_decode_args_t bytes the package passes to libkdajit.so
 // (test_reference.py: the Python float64 reference and the mapping against it).

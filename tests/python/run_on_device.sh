@@ -3,8 +3,8 @@
 #   bash tests/python/run_on_device.sh
 # builds, runs every tests/python test (CPU and GPU, label python) with the
 # interpreter $KDAJIT_PYTHON (default: python3 on PATH, the one with torch),
-# the example's --check and --bench, and the host-cost measurement (issue 11
-# item 4). Logs under ${OUT:-/tmp/kdajit-python-out}; a summary is printed last.
+# the example's --check and --bench, and the host-cost measurement
+# (tests/python/host_cost.py). Logs under ${OUT:-/tmp/kdajit-python-out}; a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-python-out}

@@ -1,7 +1,8 @@
 """bench/results_table.py: the markdown tables of docs/PERFORMANCE.md from a
 kdajit_bench JSON, --fit (device time = fixed + per-MB cost per family),
---targets and --against, on synthetic grids whose times are known, and on a
-committed run."""
+--targets and --against, on synthetic grids whose times are known; the
+summary bench/summarize.py makes of a run prints the same tables as the run;
+and the committed summaries under bench/results/ print in every mode."""
 import contextlib
 import glob
 import io
@@ -14,13 +15,16 @@ import bench_tools
 
 BENCH = bench_tools.BENCH
 tool = bench_tools.load("results_table")
+summarize = bench_tools.load("summarize")
+MODES = [[], ["--fit"], ["--flat"], ["--value", "tuned"], ["--value", "diff"], ["--value", "host"], ["--value", "pdl"],
+         ["--route", "stream"], ["--targets"]]
 
 
 def cell(op, heads, count, tokens, state, mb, us, floor_us, route, forced):
     """One kdajit_bench cell (the fields results_table reads)."""
     return {"op": op, "heads": heads, "count": count, "rows": count * tokens, "tokens": tokens, "state": state,
             "conv": "sd", "status": "ok", "route": route, "bytes_per_call": int(mb * 1e6),
-            "device_us": {"median": us}, "floor_us": floor_us, "ratio": us / floor_us,
+            "device_us": {"median": us}, "floor_us": floor_us, "floor_shape": "cta256", "ratio": us / floor_us,
             "host_us_per_call": {"median": 4.0}, "host_minus_bare_us": 0.25,
             "bare_launch": {"status": "ok", "us_per_call": {"median": 3.75}},
             "tuned": {"status": "ok", "route": route, "ratio": us / floor_us},
@@ -113,11 +117,38 @@ class ResultsTable(unittest.TestCase):
             with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
                 tool.main([oldpath if args == ["--targets"] else self.path, *args])
 
-    def test_committed_runs_print_in_every_mode(self):
-        runs = sorted(glob.glob(os.path.join(BENCH, "results", "*-decode-grid-*.json")))
-        self.assertTrue(runs, "no committed kdajit_bench grid under bench/results")
-        for args in ([], ["--fit"], ["--flat"], ["--value", "tuned"], ["--value", "diff"], ["--route", "stream"],
-                     ["--targets"], ["--against", runs[0]]):
+    def test_a_summary_prints_what_its_run_prints(self):
+        j = synthetic()
+        j["configs"][0]["device_us"] = {"median": 9.3, "p10": 9.0, "p90": 9.9, "n": 50}
+        j["configs"][0]["pdl"] = {"saving_us": 0.25, "two_calls": {"status": "ok", "device_us": {"median": 18.0}}}
+        with open(self.path, "w") as f:
+            json.dump(j, f)
+        out = os.path.join(self.dir.name, "summary.json")
+        self.assertEqual(bench_tools.run_main(summarize, ["--grid", self.path, "--out", out])[0], 0)
+        with open(out) as f:
+            s = json.load(f)
+        self.assertEqual(s["schema"], "kdajit-bench-summary/1")
+        self.assertEqual(s["grid"]["configs"][0]["device_us"], {"median": 9.3})
+        for args in MODES + [["--against", self.path]]:
+            self.assertEqual(self.run_tool(*args, path=out), self.run_tool(*args), args)
+
+    def test_summarize_rejects_what_is_not_a_grid(self):
+        out = os.path.join(self.dir.name, "summary.json")
+        bad = os.path.join(self.dir.name, "bad.json")
+        with open(bad, "w") as f:
+            json.dump({"schema": "kdajit-bench-decode/1", "configs": []}, f)
+        code, _, err = bench_tools.run_main(summarize, ["--grid", bad, "--out", out])
+        self.assertEqual(code, 2)
+        self.assertIn(f"--grid {bad}: expected a kdajit-bench-decode/2 grid", err)
+        code, _, err = bench_tools.run_main(summarize, ["--grid", self.path, "--tune", self.path, "--out", out])
+        self.assertEqual(code, 2)
+        self.assertIn(f"--tune {self.path}: expected what `kdajit tune --json` wrote", err)
+        self.assertFalse(os.path.exists(out))
+
+    def test_committed_summaries_print_in_every_mode(self):
+        runs = sorted(glob.glob(os.path.join(BENCH, "results", "summary-*.json")))
+        self.assertTrue(runs, "no committed run summary under bench/results")
+        for args in MODES + [["--against", runs[0]], ["--targets", "--against", runs[0]]]:
             out = self.run_tool(*args, path=runs[-1])
             self.assertIn("NVIDIA H200", out.splitlines()[0], args)
             self.assertGreater(len(out.splitlines()), 5 if "--targets" in args else 10, args)

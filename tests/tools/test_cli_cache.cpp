@@ -253,7 +253,7 @@ TEST_CASE("no verb deletes a foreign file in tmp/; read-only verbs create nothin
     CHECK(cli(args, scratch.path()).code == 0);
     CHECK(fs::is_empty(root));
   }
-  // The issue's reproducer: an operator's two-hour-old note in tmp/.
+  // An operator's two-hour-old note in tmp/: not kdajit's, so never deleted.
   fs::create_directories(root + "/tmp");
   write_text(root + "/tmp/notes", "x");
   age_path(root + "/tmp/notes", 7200);

@@ -1,15 +1,14 @@
 // The kernel cache: an on-disk store of compiled kernels shared by every process
 // on a host (or a fleet, on a network file system), and the in-memory map of one
-// process. See docs/CACHE.md and /design/jit-cache.md for the guarantees.
+// process. See docs/CACHE.md for the guarantees.
 //
 // The cache knows nothing about NVRTC or the driver: the caller hands it the
 // hash of the build inputs and a BuildFn that compiles on a miss.
 //
-//   auto inputs = make_build_inputs(key);                 // runtime
-//   auto hash = current_build_hash(inputs->source, inputs->options,
-//                                  key.arch, inputs->nvrtc_version);
-//   auto entry = cache.get_or_build(key, hash, build_fn_for(*inputs), !capturing);
-//   entry->cubin ...
+//   BuildPlan plan = plan_build(key);        // runtime: inputs + current_build_hash()
+//   BuildFn build = [&] { return to_cache_build(plan.inputs, compile(plan.inputs)); };
+//   auto found = cache.lookup(key, plan.hash, build, !capturing);   // (runtime/src/jit/obtain.cpp)
+//   found->entry->cubin ...
 //
 // Layers: the root setting may be a ':'-separated list of directories. Lookups
 // try them in order; the first writable, trusted layer takes new entries; the

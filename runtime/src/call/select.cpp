@@ -14,7 +14,7 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   const bool bf16 = call.family.state == StateDtype::bf16;
   // Measured on the H200: `kdajit tune` of the glm-5.3-flash preset and the
   // grid with every route forced, both at 0219fef (docs/PERFORMANCE.md,
-  // "Twelfth session"). `resident` is stream's persistent grid (two CTAs per
+  // "The selector's bands"). `resident` is stream's persistent grid (two CTAs per
   // SM), the unit of the upper bands; the split bands count CTAs against the
   // SMs. x below is rows x heads (single) or sequence-heads (packed): the time
   // depends on it, the dtype and T, not on N or H apart.
@@ -33,8 +33,8 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
       if ((bf16 ? 8 : 4) * x <= sms) return Route::split4;
       if (t <= 4 && 2 * x <= sms) return Route::split2;
     }
-    // Above the split, T <= 7 (T = 5..7 were not measured and take T = 4's
-    // band, though their rowcta keeps phase A0's old order, kda_head.cuh):
+    // Above the split, T <= 7 (T = 5..7 are not measured and take T = 4's
+    // band; their rowcta issues the slice before the inputs, kda_head.cuh):
     // - bf16 state, T <= 2: rowcta while the sequence-heads fit stream's grid
     //   (4-8% faster at 128-256), stream beyond (0-2% at 512-2048, 7-12% from
     //   4096). T >= 3: rowcta up to eight times the grid (0-5% at 512-2048;
