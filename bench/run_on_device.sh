@@ -44,7 +44,7 @@ if step tune; then
   summary+=("tune: rc=$s, $(( $(date +%s) - t )) s")
   if [ -f "$B/runtime/libkdajit.so" ]; then
     summary+=("tune vs built-in bands: $(KDAJIT_LIBRARY=$B/runtime/libkdajit.so PYTHONPATH=python \
-      python3 bench/tune_vs_selector.py "$OUT/tune.json" 2>&1 | grep -E '^all:' | head -1)")
+      python3 bench/tune_vs_selector.py "$OUT/tune.json" --cli "$B/tools/kdajit" 2>&1 | grep -E '^all:' | head -1)")
   fi
 fi
 
