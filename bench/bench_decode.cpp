@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -305,8 +306,8 @@ Result<std::vector<std::string>> resolve_routes(const Options& o, const std::vec
   std::set<Op> ops;
   for (const Cell& c : cells) ops.insert(c.op);
   for (Op op : ops)
-    for (const std::string& r : route_names(op))
-      if (std::find(known.begin(), known.end(), r) == known.end()) known.push_back(r);
+    for (std::string_view r : kdajit::route_names(op))
+      if (std::find(known.begin(), known.end(), r) == known.end()) known.emplace_back(r);
   if (o.routes == "selector") return std::vector<std::string>{};
   if (o.routes == "all") return known;
   std::vector<std::string> out;

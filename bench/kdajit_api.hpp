@@ -1,6 +1,6 @@
-// The bench's small helpers over kdajit's public API (kdajit/kdajit.hpp) and the
-// route table (kdajit/routes.hpp): the routes of an op, a runtime's route options,
-// the selected key, an Outcome as text, and the parallel prewarm.
+// The bench's small helpers over kdajit's public API (kdajit/kdajit.hpp): a
+// runtime's route options, the selected key and its route (kdajit/kernel_key.hpp's
+// parser), an Outcome as text, and the parallel prewarm.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,12 +17,6 @@
 #include "kdajit/routes.hpp"
 
 namespace kdajit::bench {
-
-// The routes that serve `op`, in the library's order.
-inline std::vector<std::string> route_names(Op op) {
-  const auto names = kdajit::route_names(op);
-  return {names.begin(), names.end()};
-}
 
 // The route options of one runtime (route "": the selector).
 inline void set_route_options(RuntimeOptions& o, const std::string& route, bool use_tuning, bool pdl) {

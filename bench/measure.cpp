@@ -203,7 +203,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
   for (const std::string& name : b.routes) {
     RouteTiming& t = m.routes.emplace_back();
     t.route = name;
-    const auto serving = route_names(c.op);
+    const auto serving = kdajit::route_names(c.op);
     if (std::find(serving.begin(), serving.end(), name) == serving.end()) {
       not_available(t, fmt::format("route {} does not serve op {}", name, to_string(c.op)));
     } else if (auto it = b.by_route.find(name); it != b.by_route.end()) {
