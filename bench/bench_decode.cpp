@@ -328,14 +328,15 @@ int main(int argc, char** argv) {
   const auto t_start = Clock::now();
   Options o;
   CLI::App app{"kdajit_bench: kdajit's decode calls against the memory-pattern floor, and the host cost per call"};
-  app.add_option("--op", o.op, "single | packed | all")->capture_default_str();
+  app.add_option("--op", o.op, kdajit::choices<kdajit::Op>(" | ") + " | all")->capture_default_str();
   app.add_option("--heads", o.heads, "H values (default: single 8,16,32,64,96; packed 16,64)")->delimiter(',');
   app.add_option("--rows", o.rows, "R of the single op, N of the packed op (default 1,2,...,512 / 1,8,32,128)")
       ->delimiter(',');
   app.add_option("--tokens", o.tokens, "T values of the packed op (default 2,3,4,8; every sequence L = T)")
       ->delimiter(',');
-  app.add_option("--state", o.states, "state dtypes: f32,bf16 (default both)")->delimiter(',');
-  app.add_option("--conv", o.convs, "conv_state layouts: sd,ds (default: sd, plus ds at H 64 (packed: T 4))")
+  app.add_option("--state", o.states, "state dtypes: " + kdajit::choices<kdajit::StateDtype>(",") + " (default: all)")->delimiter(',');
+  app.add_option("--conv", o.convs,
+                 "conv_state layouts: " + kdajit::choices<kdajit::ConvLayout>(",") + " (default: sd, plus ds at H 64 (packed: T 4))")
       ->delimiter(',');
   app.add_option("--routes", o.routes, "selector | all | NAME,NAME: also time these routes forced")
       ->capture_default_str();

@@ -59,7 +59,8 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
     for (StateDtype st : all_values<StateDtype>()) states.push_back(st);
   KDAJIT_TRY_ASSIGN(std::vector<ConvLayout> convs, parse_list<ConvLayout>("--conv", o.convs));
   for (int h : o.heads)
-    if (h < 1 || h > 128) return invalid_argument(fmt::format("--heads: expected values in 1..128, got {}", h));
+    if (h < 1 || h > kMaxHeads)
+      return invalid_argument(fmt::format("--heads: expected values in 1..{}, got {}", kMaxHeads, h));
   for (int r : o.rows)
     if (r < 1 || r > 4096) return invalid_argument(fmt::format("--rows: expected values in 1..4096, got {}", r));
   for (int t : o.tokens)
