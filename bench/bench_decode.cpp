@@ -334,9 +334,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--tokens", o.tokens, "T values of the packed op (default 2,3,4,8; every sequence L = T)")
       ->delimiter(',');
-  app.add_option("--state", o.states, "state dtypes: " + kdajit::choices<kdajit::StateDtype>(",") + " (default: all)")->delimiter(',');
+  app.add_option("--state", o.states, "state dtypes: " + kdajit::choices<kdajit::StateDtype>(",") + " (default: all)")
+      ->delimiter(',');
   app.add_option("--conv", o.convs,
-                 "conv_state layouts: " + kdajit::choices<kdajit::ConvLayout>(",") + " (default: sd, plus ds at H 64 (packed: T 4))")
+                 "conv_state layouts: " + kdajit::choices<kdajit::ConvLayout>(",") +
+                     " (default: sd, plus ds at H 64 (packed: T 4))")
       ->delimiter(',');
   app.add_option("--routes", o.routes, "selector | all | NAME,NAME: also time these routes forced")
       ->capture_default_str();
