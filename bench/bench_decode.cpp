@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -168,8 +169,8 @@ Status prepare_kernels(Bench& b, const std::vector<Cell>& cells) {
   KDAJIT_TRY(b.fill.load(cubins->fill.cubin));
   b.kernels_info = kernels_json(*cubins);
   nlohmann::json regs = nlohmann::json::object();
-  for (kdajit_op_t op : {KDAJIT_OP_SINGLE, KDAJIT_OP_PACKED})
-    for (kdajit_dtype_t st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
+  for (Op op : all_values<Op>())
+    for (StateDtype st : all_values<StateDtype>())
       for (int sh = 0; sh < kFloorKernelCount; ++sh) regs[floor_entry(op, st, sh)] = b.floor.registers(op, st, sh);
   b.kernels_info["floor_registers"] = regs;
   return {};
@@ -188,7 +189,7 @@ int run(Bench& b, const std::vector<Cell>& cells, Clock::time_point t_start) {
   }
   auto setup = [&]() -> Status {
     KDAJIT_TRY(describe_device(b));
-    KDAJIT_TRY(driver_fns());
+    KDAJIT_TRY(bench_driver());
     BENCH_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     KDAJIT_TRY(b.events.create(std::max(o.iters, o.copy_reps)));
     b.timing = TimingContext{b.stream, &b.events, &b.flush, o.iters, o.gpu_timeout_s, true, 0};
@@ -302,11 +303,11 @@ int run(Bench& b, const std::vector<Cell>& cells, Clock::time_point t_start) {
 // --routes: "selector" -> none, "all" -> every route of the ops in the grid, else the named ones.
 Result<std::vector<std::string>> resolve_routes(const Options& o, const std::vector<Cell>& cells) {
   std::vector<std::string> known;
-  std::set<kdajit_op_t> ops;
+  std::set<Op> ops;
   for (const Cell& c : cells) ops.insert(c.op);
-  for (kdajit_op_t op : ops)
-    for (const std::string& r : route_names(op))
-      if (std::find(known.begin(), known.end(), r) == known.end()) known.push_back(r);
+  for (Op op : ops)
+    for (std::string_view r : kdajit::route_names(op))
+      if (std::find(known.begin(), known.end(), r) == known.end()) known.emplace_back(r);
   if (o.routes == "selector") return std::vector<std::string>{};
   if (o.routes == "all") return known;
   std::vector<std::string> out;
@@ -327,14 +328,17 @@ int main(int argc, char** argv) {
   const auto t_start = Clock::now();
   Options o;
   CLI::App app{"kdajit_bench: kdajit's decode calls against the memory-pattern floor, and the host cost per call"};
-  app.add_option("--op", o.op, "single | packed | all")->capture_default_str();
+  app.add_option("--op", o.op, kdajit::choices<kdajit::Op>(" | ") + " | all")->capture_default_str();
   app.add_option("--heads", o.heads, "H values (default: single 8,16,32,64,96; packed 16,64)")->delimiter(',');
   app.add_option("--rows", o.rows, "R of the single op, N of the packed op (default 1,2,...,512 / 1,8,32,128)")
       ->delimiter(',');
   app.add_option("--tokens", o.tokens, "T values of the packed op (default 2,3,4,8; every sequence L = T)")
       ->delimiter(',');
-  app.add_option("--state", o.states, "state dtypes: f32,bf16 (default both)")->delimiter(',');
-  app.add_option("--conv", o.convs, "conv_state layouts: sd,ds (default: sd, plus ds at H 64 (packed: T 4))")
+  app.add_option("--state", o.states, "state dtypes: " + kdajit::choices<kdajit::StateDtype>(",") + " (default: all)")
+      ->delimiter(',');
+  app.add_option("--conv", o.convs,
+                 "conv_state layouts: " + kdajit::choices<kdajit::ConvLayout>(",") +
+                     " (default: sd, plus ds at H 64 (packed: T 4))")
       ->delimiter(',');
   app.add_option("--routes", o.routes, "selector | all | NAME,NAME: also time these routes forced")
       ->capture_default_str();
@@ -420,7 +424,7 @@ int main(int argc, char** argv) {
       for (size_t ci : f.cells) {
         const Cell& c = (*cells)[ci];
         const kdajit_decode_args_t a = narrow_args(c, stand_in_args(f.shape));
-        if (kdajit_validate_args(c.op, &a) != KDAJIT_OK)
+        if (kdajit_validate_args(c_op(c.op), &a) != KDAJIT_OK)
           arg_errors[ci] = fmt::format("kdajit_validate_args: {}", kdajit_last_error());
         else if (auto fp = floor_params(c, a); !fp)
           arg_errors[ci] = fp.error().message;

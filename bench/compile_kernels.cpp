@@ -13,7 +13,7 @@ namespace kdajit::bench {
 namespace {
 
 // One line per kernel from ptxas -v: "NAME: N registers, N bytes stack, N bytes spilled".
-struct KernelResources {
+struct PtxasKernel {
   std::string name;
   int registers = -1, stack = 0, spill_stores = 0, spill_loads = 0;
 };
@@ -27,8 +27,8 @@ int number_before(const std::string& line, const char* what) {
   return b < at ? std::stoi(line.substr(b, at - b)) : 0;
 }
 
-std::vector<KernelResources> parse_resources(const std::string& log) {
-  std::vector<KernelResources> out;
+std::vector<PtxasKernel> parse_resources(const std::string& log) {
+  std::vector<PtxasKernel> out;
   std::stringstream ss(log);
   for (std::string line; std::getline(ss, line);) {
     if (const size_t at = line.find("Compiling entry function '"); at != std::string::npos) {
@@ -46,12 +46,12 @@ std::vector<KernelResources> parse_resources(const std::string& log) {
   return out;
 }
 
-std::string describe(const KernelResources& k) {
+std::string describe(const PtxasKernel& k) {
   return fmt::format("{}: {} registers, {} bytes stack, {} + {} bytes spilled", k.name, k.registers, k.stack,
                      k.spill_stores, k.spill_loads);
 }
 
-bool spills(const KernelResources& k) { return k.stack + k.spill_stores + k.spill_loads > 0; }
+bool spills(const PtxasKernel& k) { return k.stack + k.spill_stores + k.spill_loads > 0; }
 
 std::vector<std::string> resource_lines(const std::string& log) {
   std::vector<std::string> out;
@@ -59,14 +59,27 @@ std::vector<std::string> resource_lines(const std::string& log) {
   return out;
 }
 
+// One of the bench's programs for `arch`, with ptxas -v for the resource lines.
+// A failure's message carries its detail (options, NVRTC log): the bench prints messages only.
+Result<CompiledKernel> compile_for(const std::string& name, const std::string& source, const std::string& arch) {
+  auto built = compile_program(fmt::format("compile {} for {}", name, arch), name, source,
+                               {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v"});
+  if (built || built.error().detail.empty()) return built;
+  Error e = built.error();
+  e.message += "\n" + e.detail;
+  return e;
+}
+
 }  // namespace
+
+std::string arch_of(int major, int minor) { return fmt::format("sm_{}{}", major, minor); }
 
 Result<BenchCubins> compile_bench_kernels(const std::string& arch, int max_tokens) {
   BenchCubins c;
   c.arch = arch;
   c.max_tokens = max_tokens;
-  KDAJIT_TRY_ASSIGN(c.floor, nvrtc_compile("kdajit_bench_floor.cu", floor_source(max_tokens), arch));
-  KDAJIT_TRY_ASSIGN(c.fill, nvrtc_compile("kdajit_bench_fill.cu", fill_source(), arch));
+  KDAJIT_TRY_ASSIGN(c.floor, compile_for("kdajit_bench_floor.cu", floor_source(max_tokens), arch));
+  KDAJIT_TRY_ASSIGN(c.fill, compile_for("kdajit_bench_fill.cu", fill_source(), arch));
   return c;
 }
 

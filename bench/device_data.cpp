@@ -90,7 +90,7 @@ Status FillKernels::load(const std::string& cubin) {
 }
 
 Status FillKernels::fill(const kdajit_tensor_t& t, uint64_t seed, float scale, float offset, cudaStream_t s) const {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   long long n = elements(t);
   if (n == 0) return {};
   if (t.dtype != KDAJIT_DTYPE_F32 && t.dtype != KDAJIT_DTYPE_BF16)
@@ -104,26 +104,26 @@ Status FillKernels::fill(const kdajit_tensor_t& t, uint64_t seed, float scale, f
   cfg.blockDimX = 256;
   cfg.blockDimY = cfg.blockDimZ = 1;
   cfg.hStream = reinterpret_cast<CUstream>(s);
-  BENCH_CU(f->cuLaunchKernelEx(&cfg, t.dtype == KDAJIT_DTYPE_F32 ? f32_ : bf16_, args, nullptr));
+  BENCH_CU(*f, f->cuLaunchKernelEx(&cfg, t.dtype == KDAJIT_DTYPE_F32 ? f32_ : bf16_, args, nullptr));
   return {};
 }
 
 kdajit_decode_args_t layout_args(const Cell& c) {
-  const bool packed = c.op == KDAJIT_OP_PACKED;
+  const bool packed = c.op == Op::packed;
   const int64_t H = c.heads, hidden = H * D, qkv = 3 * hidden, T = c.tokens, K = T + 2;
   const int64_t R = rows_of(c), N = c.count;
   const int64_t S = (packed ? N * T : R) + 4;
   kdajit_decode_args_t a = default_decode_args();
   a.x = view(KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
   a.conv_weight = view(KDAJIT_DTYPE_F32, {3, 4, hidden}, {4 * hidden, hidden, 1});
-  a.conv_state = c.conv == KDAJIT_CONV_SD ? view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
+  a.conv_state = c.conv == ConvLayout::sd ? view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
                                           : view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
   a.raw_gate = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
   a.raw_beta = view(KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
   a.A_log = view(KDAJIT_DTYPE_F32, {H}, {1});
   a.dt_bias = view(KDAJIT_DTYPE_F32, {hidden}, {1});
   a.state_indices = packed ? view(KDAJIT_DTYPE_INT32, {N, T}, {T, 1}) : view(KDAJIT_DTYPE_INT32, {R}, {1});
-  a.state = view(c.state, {S, H, D, D}, {H * D * D, D * D, D, 1});
+  a.state = view(c_dtype(c.state), {S, H, D, D}, {H * D * D, D * D, D, 1});
   a.output_gate = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
   a.norm_weight = view(KDAJIT_DTYPE_F32, {D}, {1});
   a.output = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
@@ -144,7 +144,7 @@ kdajit_decode_args_t narrow_args(const Cell& c, const kdajit_decode_args_t& base
   const int64_t R = rows_of(c);
   for (kdajit_tensor_t* t : {&a.x, &a.raw_gate, &a.raw_beta, &a.output_gate, &a.output}) t->shape[0] = R;
   a.state_indices.shape[0] = c.count;  // single: [R]; packed: [N, T]
-  if (c.op == KDAJIT_OP_PACKED) {
+  if (c.op == Op::packed) {
     a.query_start_loc.shape[0] = c.count + 1;  // qsl[n] = n * T: the first N sequences cover rows [0, N*T)
     a.num_accepted_tokens.shape[0] = c.count;
   }
@@ -193,7 +193,7 @@ Result<std::unique_ptr<DeviceData>> DeviceData::create(const Cell& shape, const 
   BENCH_CUDA(cudaMemsetAsync(a.output.data, 0, tensor_bytes(a.output), s));
 
   // Metadata on the host (small), copied once.
-  const bool packed = shape.op == KDAJIT_OP_PACKED;
+  const bool packed = shape.op == Op::packed;
   const int64_t S = a.state.shape[0], T = shape.tokens, N = shape.count;
   std::mt19937_64 rng(seed);
   std::vector<int32_t> pool(static_cast<size_t>(S - 1));

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench_cuda.hpp"
-#include "driver_fns.hpp"
+#include "driver.hpp"
 #include "grid.hpp"
 #include "kdajit/kdajit.h"
 

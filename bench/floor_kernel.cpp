@@ -258,8 +258,8 @@ std::string floor_source(int max_tokens) {
                      kFloorBody);
 }
 
-std::string floor_entry(kdajit_op_t op, kdajit_dtype_t state, int shape) {
-  return fmt::format("floor_{}_{}_{}", op_name(op), state_name(state), kFloorShapes[static_cast<size_t>(shape)].kernel);
+std::string floor_entry(Op op, StateDtype state, int shape) {
+  return fmt::format("floor_{}_{}_{}", to_string(op), to_string(state), kFloorShapes[static_cast<size_t>(shape)].kernel);
 }
 
 Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a) {
@@ -272,7 +272,7 @@ Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a) {
   p.conv_state = static_cast<unsigned short*>(a.conv_state.data);
   p.state = a.state.data;
   p.state_indices = static_cast<const int*>(a.state_indices.data);
-  const bool packed = c.op == KDAJIT_OP_PACKED;
+  const bool packed = c.op == Op::packed;
   p.query_start_loc = packed ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.num_accepted = packed ? static_cast<const int*>(a.num_accepted_tokens.data) : nullptr;
   p.x_row = a.x.strides[0];
@@ -287,7 +287,7 @@ Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a) {
   p.heads = c.heads;
   p.items = c.count;
   p.tokens = c.tokens;
-  p.conv_ds = c.conv == KDAJIT_CONV_DS ? 1 : 0;
+  p.conv_ds = c.conv == ConvLayout::ds ? 1 : 0;
   const bool ok = aligned16(p.x) && aligned16(p.raw_gate) && aligned16(p.output_gate) && aligned16(p.output) &&
                   aligned16(p.conv_state) && aligned16(p.state) && p.x_row % 8 == 0 && p.gate_row % 8 == 0 &&
                   p.ogate_row % 8 == 0 && p.out_row % 8 == 0 && p.conv_slot % 8 == 0 &&
@@ -302,23 +302,23 @@ Result<FloorParams> floor_params(const Cell& c, const kdajit_decode_args_t& a) {
   return p;
 }
 
-int FloorKernels::index(kdajit_op_t op, kdajit_dtype_t state, int shape) {
-  return ((op == KDAJIT_OP_PACKED ? 2 : 0) + (state == KDAJIT_DTYPE_BF16 ? 1 : 0)) * kFloorShapeCount + shape;
+int FloorKernels::index(Op op, StateDtype state, int shape) {
+  return ((op == Op::packed ? 2 : 0) + (state == StateDtype::bf16 ? 1 : 0)) * kFloorShapeCount + shape;
 }
 
 Status FloorKernels::hold_occupancy(Entry& e, const FloorShape& shape, int smem_per_sm) {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   // Padding that lets ctas_per_sm CTAs share an SM and not one more (each CTA
   // also holds its static shared memory and 1 KiB the system reserves, so
   // ctas_per_sm + 1 pads alone overflow). The shapes of one kernel share its
   // function: its limit only grows.
   e.pad_bytes = static_cast<unsigned>(smem_per_sm / (shape.ctas_per_sm + 1) + 1);
   int limit = 0;
-  BENCH_CU(f->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.fn));
+  BENCH_CU(*f, f->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.fn));
   if (limit < static_cast<int>(e.pad_bytes))
-    BENCH_CU(f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(e.pad_bytes)));
+    BENCH_CU(*f, f->cuFuncSetAttribute(e.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(e.pad_bytes)));
   int per_sm = 0;
-  BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
+  BENCH_CU(*f, f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
   if (per_sm < 1 || per_sm > shape.ctas_per_sm)
     return Error(ErrorCode::internal, fmt::format("{} CTAs per SM with {} bytes of padding, expected 1..{}", per_sm,
                                                   e.pad_bytes, shape.ctas_per_sm));
@@ -326,11 +326,11 @@ Status FloorKernels::hold_occupancy(Entry& e, const FloorShape& shape, int smem_
 }
 
 Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, int max_tokens) {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   KDAJIT_TRY(module_.load(cubin));
   max_tokens_ = max_tokens;
-  for (kdajit_op_t op : {KDAJIT_OP_SINGLE, KDAJIT_OP_PACKED})
-    for (kdajit_dtype_t st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
+  for (Op op : all_values<Op>())
+    for (StateDtype st : all_values<StateDtype>())
       for (int sh = 0; sh < kFloorShapeCount; ++sh) {
         Entry& e = entries_[static_cast<size_t>(index(op, st, sh))];
         const FloorShape& shape = kFloorShapes[static_cast<size_t>(sh)];
@@ -346,20 +346,20 @@ Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, in
           }
         }
         int per_sm = 0;
-        BENCH_CU(f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
+        BENCH_CU(*f, f->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e.fn, shape.threads, e.pad_bytes));
         if (per_sm < 1) return Error(ErrorCode::cuda, fmt::format("{}: occupancy of 0 CTAs per SM", name));
         e.resident_ctas = per_sm * sms;
-        BENCH_CU(f->cuFuncGetAttribute(&e.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, e.fn));
+        BENCH_CU(*f, f->cuFuncGetAttribute(&e.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, e.fn));
       }
   return {};
 }
 
-int FloorKernels::registers(kdajit_op_t op, kdajit_dtype_t state, int shape) const {
+int FloorKernels::registers(Op op, StateDtype state, int shape) const {
   return entries_[static_cast<size_t>(index(op, state, shape))].registers;
 }
 
 Status FloorKernels::launch(int shape, const Cell& c, const FloorParams& p, cudaStream_t s) const {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   if (c.tokens > max_tokens_)
     return Error(ErrorCode::internal, fmt::format("floor kernel built for T <= {}, got T = {}", max_tokens_, c.tokens));
   const FloorShape& sh = kFloorShapes[static_cast<size_t>(shape)];
@@ -384,7 +384,7 @@ Status FloorKernels::launch(int shape, const Cell& c, const FloorParams& p, cuda
   cfg.numAttrs = 0;
   FloorParams copy = p;
   void* args[] = {&copy};
-  BENCH_CU(f->cuLaunchKernelEx(&cfg, e.fn, args, nullptr));
+  BENCH_CU(*f, f->cuLaunchKernelEx(&cfg, e.fn, args, nullptr));
   return {};
 }
 

@@ -11,7 +11,7 @@
 #include <array>
 #include <string>
 
-#include "driver_fns.hpp"
+#include "driver.hpp"
 #include "grid.hpp"
 #include "kdajit/error.hpp"
 #include "kdajit/kdajit.h"
@@ -76,7 +76,7 @@ BENCH_SHARED_CODE(kFloorParamsText, struct FloorParams {
 // The NVRTC source of every floor kernel (entry names: floor_<op>_<state>_<shape>).
 // max_tokens bounds the packed op's T (register arrays are sized by it).
 std::string floor_source(int max_tokens);
-std::string floor_entry(kdajit_op_t op, kdajit_dtype_t state, int shape);
+std::string floor_entry(Op op, StateDtype state, int shape);
 
 // The floor parameters of a decode call; checks the 16-byte alignment the kernel's
 // vector accesses need (the bench's own buffers always have it).
@@ -88,7 +88,7 @@ class FloorKernels {
   // smem_per_sm: the SM's shared memory (sizes the diagnostic shapes' padding).
   Status load(const std::string& cubin, int sms, int smem_per_sm, int max_tokens);
   Status launch(int shape, const Cell& c, const FloorParams& p, cudaStream_t s) const;
-  int registers(kdajit_op_t op, kdajit_dtype_t state, int shape) const;
+  int registers(Op op, StateDtype state, int shape) const;
   int max_tokens() const { return max_tokens_; }
 
  private:
@@ -100,7 +100,7 @@ class FloorKernels {
     std::string error;       // why a diagnostic shape has no function (fn null)
   };
   static Status hold_occupancy(Entry& e, const FloorShape& shape, int smem_per_sm);
-  static int index(kdajit_op_t op, kdajit_dtype_t state, int shape);
+  static int index(Op op, StateDtype state, int shape);
   Module module_;
   std::array<Entry, 4 * kFloorShapeCount> entries_{};
   int max_tokens_ = 0;

@@ -10,51 +10,57 @@
 
 namespace kdajit::bench {
 
-const char* op_name(kdajit_op_t op) { return op == KDAJIT_OP_SINGLE ? "single" : "packed"; }
-const char* state_name(kdajit_dtype_t t) { return t == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
-const char* conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
-int64_t state_elem_bytes(kdajit_dtype_t t) { return t == KDAJIT_DTYPE_F32 ? 4 : 2; }
-int64_t rows_of(const Cell& c) { return c.op == KDAJIT_OP_SINGLE ? c.count : int64_t{c.count} * c.tokens; }
+kdajit_op_t c_op(Op op) { return op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED; }
+kdajit_dtype_t c_dtype(StateDtype t) { return t == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16; }
+int64_t state_elem_bytes(StateDtype t) { return t == StateDtype::f32 ? 4 : 2; }
+int64_t rows_of(const Cell& c) { return c.op == Op::single ? c.count : int64_t{c.count} * c.tokens; }
 
 std::string cell_name(const Cell& c) {
-  if (c.op == KDAJIT_OP_SINGLE)
-    return fmt::format("single h{} r{} {} {}", c.heads, c.count, state_name(c.state), conv_name(c.conv));
-  return fmt::format("packed h{} n{} t{} {} {}", c.heads, c.count, c.tokens, state_name(c.state), conv_name(c.conv));
+  if (c.op == Op::single)
+    return fmt::format("{} h{} r{} {} {}", to_string(c.op), c.heads, c.count, to_string(c.state), to_string(c.conv));
+  return fmt::format("{} h{} n{} t{} {} {}", to_string(c.op), c.heads, c.count, c.tokens, to_string(c.state),
+                     to_string(c.conv));
 }
 
 int64_t bytes_per_call(const Cell& c) {
   const int64_t b = state_elem_bytes(c.state), H = c.heads;
-  if (c.op == KDAJIT_OP_SINGLE) return int64_t{c.count} * H * (2 * D * D * b + 4608 + 1538);
+  if (c.op == Op::single) return int64_t{c.count} * H * (2 * D * D * b + 4608 + 1538);
   const int64_t L = c.tokens;
   return int64_t{c.count} * H * (D * D * b * (1 + L) + 2304 + 768 * (2 + L) + 1538 * L);
 }
 
+namespace {
+
+// The values of a list flag (`flag` in messages), each spelled as the key field's table says.
+template <KeyEnum E>
+Result<std::vector<E>> parse_list(const char* flag, const std::vector<std::string>& spellings) {
+  std::vector<E> out;
+  for (const auto& s : spellings) {
+    auto v = parse_field<E>(s);
+    if (!v) return invalid_argument(fmt::format("{}: expected one of {}, got '{}'", flag, choices<E>(", "), s));
+    out.push_back(*v);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<Cell>> make_cells(const Options& o) {
-  std::vector<kdajit_op_t> ops;
-  if (o.op == "single" || o.op == "all") ops.push_back(KDAJIT_OP_SINGLE);
-  if (o.op == "packed" || o.op == "all") ops.push_back(KDAJIT_OP_PACKED);
-  if (ops.empty()) return invalid_argument(fmt::format("--op: expected single, packed or all, got '{}'", o.op));
-  std::vector<kdajit_dtype_t> states;
-  for (const auto& s : o.states) {
-    if (s == "f32")
-      states.push_back(KDAJIT_DTYPE_F32);
-    else if (s == "bf16")
-      states.push_back(KDAJIT_DTYPE_BF16);
-    else
-      return invalid_argument(fmt::format("--state: expected f32 or bf16, got '{}'", s));
+  std::vector<Op> ops;
+  if (o.op == "all") {
+    for (Op op : all_values<Op>()) ops.push_back(op);
+  } else if (auto op = parse_field<Op>(o.op)) {
+    ops.push_back(*op);
+  } else {
+    return invalid_argument(fmt::format("--op: expected one of {}, all, got '{}'", choices<Op>(", "), o.op));
   }
-  if (states.empty()) states = {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16};
-  std::vector<kdajit_conv_layout_t> convs;
-  for (const auto& s : o.convs) {
-    if (s == "sd")
-      convs.push_back(KDAJIT_CONV_SD);
-    else if (s == "ds")
-      convs.push_back(KDAJIT_CONV_DS);
-    else
-      return invalid_argument(fmt::format("--conv: expected sd or ds, got '{}'", s));
-  }
+  KDAJIT_TRY_ASSIGN(std::vector<StateDtype> states, parse_list<StateDtype>("--state", o.states));
+  if (states.empty())
+    for (StateDtype st : all_values<StateDtype>()) states.push_back(st);
+  KDAJIT_TRY_ASSIGN(std::vector<ConvLayout> convs, parse_list<ConvLayout>("--conv", o.convs));
   for (int h : o.heads)
-    if (h < 1 || h > 128) return invalid_argument(fmt::format("--heads: expected values in 1..128, got {}", h));
+    if (h < 1 || h > kMaxHeads)
+      return invalid_argument(fmt::format("--heads: expected values in 1..{}, got {}", kMaxHeads, h));
   for (int r : o.rows)
     if (r < 1 || r > 4096) return invalid_argument(fmt::format("--rows: expected values in 1..4096, got {}", r));
   for (int t : o.tokens)
@@ -62,8 +68,8 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
       return invalid_argument(fmt::format("--tokens: expected values in 1..{}, got {}", kFloorMaxTokens, t));
 
   std::vector<Cell> out;
-  for (kdajit_op_t op : ops) {
-    const bool single = op == KDAJIT_OP_SINGLE;
+  for (Op op : ops) {
+    const bool single = op == Op::single;
     const std::vector<int> hs = !o.heads.empty() ? o.heads
                                 : single         ? std::vector{8, 16, 32, 64, 96}
                                                  : std::vector{16, 64};
@@ -73,15 +79,15 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
     const std::vector<int> ts = single ? std::vector{1} : !o.tokens.empty() ? o.tokens : std::vector{2, 3, 4, 8};
     for (int t : ts)
       for (int h : hs)
-        for (kdajit_dtype_t st : states)
+        for (StateDtype st : states)
           for (int n : ns) {
             if (!convs.empty()) {
-              for (kdajit_conv_layout_t cv : convs) out.push_back(Cell{op, h, st, cv, t, n});
+              for (ConvLayout cv : convs) out.push_back(Cell{op, h, st, cv, t, n});
               continue;
             }
             // The default layouts: SD everywhere, DS on H = 64 (packed: T = 4).
-            out.push_back(Cell{op, h, st, KDAJIT_CONV_SD, t, n});
-            if (h == 64 && (single || t == 4)) out.push_back(Cell{op, h, st, KDAJIT_CONV_DS, t, n});
+            out.push_back(Cell{op, h, st, ConvLayout::sd, t, n});
+            if (h == 64 && (single || t == 4)) out.push_back(Cell{op, h, st, ConvLayout::ds, t, n});
           }
   }
   std::vector<Cell> unique;

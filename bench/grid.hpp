@@ -8,6 +8,7 @@
 
 #include "kdajit/error.hpp"
 #include "kdajit/kdajit.h"
+#include "kdajit/kernel_key.hpp"
 
 namespace kdajit::bench {
 
@@ -39,21 +40,22 @@ struct Options {
   bool verbose = false;
 };
 
-// One decode call configuration. count is R for the single op, N for the packed op
-// (every sequence then has L = T tokens, so R = N * T).
+// One decode call configuration, in the kernel key's fields (kdajit/kernel_key.hpp:
+// their spellings come from its KeyField tables). count is R for the single op, N
+// for the packed op (every sequence then has L = T tokens, so R = N * T).
 struct Cell {
-  kdajit_op_t op = KDAJIT_OP_SINGLE;
+  Op op = Op::single;
   int heads = 0;
-  kdajit_dtype_t state = KDAJIT_DTYPE_F32;
-  kdajit_conv_layout_t conv = KDAJIT_CONV_SD;
+  StateDtype state = StateDtype::f32;
+  ConvLayout conv = ConvLayout::sd;
   int tokens = 1;
   int count = 0;
 };
 
-const char* op_name(kdajit_op_t op);
-const char* state_name(kdajit_dtype_t t);
-const char* conv_name(kdajit_conv_layout_t c);
-int64_t state_elem_bytes(kdajit_dtype_t t);
+// The C ABI's value of a key field, for the calls through kdajit.h.
+kdajit_op_t c_op(Op op);
+kdajit_dtype_t c_dtype(StateDtype t);
+int64_t state_elem_bytes(StateDtype t);
 int64_t rows_of(const Cell& c);  // R
 std::string cell_name(const Cell& c);
 

@@ -1,6 +1,6 @@
-// The bench's small helpers over kdajit's public API (kdajit/kdajit.hpp) and the
-// route table (kdajit/routes.hpp): the routes of an op, a runtime's route options,
-// the selected key, an Outcome as text, and the parallel prewarm.
+// The bench's small helpers over kdajit's public API (kdajit/kdajit.hpp): a
+// runtime's route options, the selected key and its route (kdajit/kernel_key.hpp's
+// parser), an Outcome as text, and the parallel prewarm.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,16 +12,11 @@
 #include <vector>
 
 #include "kdajit/kdajit.hpp"
+#include "kdajit/kernel_key.hpp"
 #include "kdajit/parallel.hpp"
 #include "kdajit/routes.hpp"
 
 namespace kdajit::bench {
-
-// The routes that serve `op`, in the library's order.
-inline std::vector<std::string> route_names(kdajit_op_t op) {
-  const auto names = kdajit::route_names(op == KDAJIT_OP_SINGLE ? Op::single : Op::packed);
-  return {names.begin(), names.end()};
-}
 
 // The route options of one runtime (route "": the selector).
 inline void set_route_options(RuntimeOptions& o, const std::string& route, bool use_tuning, bool pdl) {
@@ -66,12 +61,11 @@ inline PrewarmResult prewarm(Runtime& rt, const std::vector<std::string>& keys, 
   return out;
 }
 
-// The route field of a key name ("...route_rowcta.sm_90" -> "rowcta"); "" if none.
+// The route field of a key name ("...route_rowcta.sm_90" -> "rowcta"), read by the
+// library's key parser; "" if the name does not parse.
 inline std::string route_of_key(const std::string& key) {
-  const size_t at = key.find(".route_");
-  if (at == std::string::npos) return "";
-  const size_t from = at + 7, to = key.find('.', from);
-  return key.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  const auto k = parse_key(key);
+  return k ? std::string(to_string(k->route)) : std::string();
 }
 
 }  // namespace kdajit::bench

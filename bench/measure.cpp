@@ -20,9 +20,9 @@ Status outcome_status(const Outcome& o, const char* what) {
                fmt::format("{}: {} ({})", what, outcome_text(o), kdajit_status_string(o.code)));
 }
 
-Outcome decode(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& a, cudaStream_t s) {
+Outcome decode(Runtime& rt, Op op, const kdajit_decode_args_t& a, cudaStream_t s) {
   auto stream = reinterpret_cast<kdajit_stream_t>(s);
-  return op == KDAJIT_OP_SINGLE ? rt.single_decode(a, stream) : rt.packed_decode(a, stream);
+  return op == Op::single ? rt.single_decode(a, stream) : rt.packed_decode(a, stream);
 }
 
 namespace {
@@ -52,7 +52,7 @@ Result<DecodeRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_
   DecodeRun r;
   const cudaStream_t s = b.stream;
   const double timeout = b.opt.gpu_timeout_s;
-  KDAJIT_TRY(outcome_status(selected_key(rt, c.op, a, s, &r.t.key), "selected_key"));
+  KDAJIT_TRY(outcome_status(selected_key(rt, c_op(c.op), a, s, &r.t.key), "selected_key"));
   r.t.route = route_of_key(r.t.key);
   const auto t0 = Clock::now();
   KDAJIT_TRY(outcome_status(decode(rt, c.op, a, s), "decode (first call)"));
@@ -128,7 +128,7 @@ std::vector<std::string> keys_to_prewarm(Bench& b, const std::vector<Cell>& cell
   std::set<std::string> keys;
   auto add = [&](Runtime* rt, const Cell& c, const kdajit_decode_args_t& a) {
     std::string key;
-    if (rt && selected_key(*rt, c.op, a, b.stream, &key)) keys.insert(key);
+    if (rt && selected_key(*rt, c_op(c.op), a, b.stream, &key)) keys.insert(key);
   };
   for (const Family& f : make_families(cells)) {
     const kdajit_decode_args_t base = stand_in_args(f.shape);
@@ -203,9 +203,9 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
   for (const std::string& name : b.routes) {
     RouteTiming& t = m.routes.emplace_back();
     t.route = name;
-    const auto serving = route_names(c.op);
+    const auto serving = kdajit::route_names(c.op);
     if (std::find(serving.begin(), serving.end(), name) == serving.end()) {
-      not_available(t, fmt::format("route {} does not serve op {}", name, op_name(c.op)));
+      not_available(t, fmt::format("route {} does not serve op {}", name, to_string(c.op)));
     } else if (auto it = b.by_route.find(name); it != b.by_route.end()) {
       record(t, run_decode(b, *it->second, c, a, 1, false), m);
       t.route = name;
@@ -231,7 +231,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
     us.reserve(static_cast<size_t>(b.opt.host_calls));
     for (int i = 0; i < b.opt.host_calls; ++i) {
       const auto t0 = Clock::now();
-      const kdajit_status_t st = kdajit_validate_args(c.op, &a);
+      const kdajit_status_t st = kdajit_validate_args(c_op(c.op), &a);
       us.push_back(us_between(t0, Clock::now()));
       if (st != KDAJIT_OK)
         return Error(static_cast<ErrorCode>(st), fmt::format("kdajit_validate_args: {}", kdajit_last_error()));

@@ -88,7 +88,7 @@ struct Bench {
 };
 
 Status outcome_status(const Outcome& o, const char* what);
-Outcome decode(Runtime& rt, kdajit_op_t op, const kdajit_decode_args_t& a, cudaStream_t s);
+Outcome decode(Runtime& rt, Op op, const kdajit_decode_args_t& a, cudaStream_t s);
 
 // Creates the runtimes the options ask for (an optional one that fails is recorded, not fatal).
 Status create_runtimes(Bench& b);

@@ -44,18 +44,18 @@ json host_json(const HostLoop& h) {
 
 json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
   json j{{"name", cell_name(c)},
-         {"op", op_name(c.op)},
+         {"op", to_string(c.op)},
          {"heads", c.heads},
          {"count", c.count},
          {"rows", rows_of(c)},
          {"tokens", c.tokens},
-         {"state", state_name(c.state)},
-         {"conv", conv_name(c.conv)},
+         {"state", to_string(c.state)},
+         {"conv", to_string(c.conv)},
          {"gate", "bounded"},
          {"state_indices_mode", "unique_or_null"},
          {"status", m.status},
          {"bytes_per_call", bytes_per_call(c)}};
-  if (c.op == KDAJIT_OP_PACKED) j["seqs"] = c.count;
+  if (c.op == Op::packed) j["seqs"] = c.count;
   if (!m.error.empty()) j["error"] = m.error;
   if (m.status != "ok") return j;
   const double bytes = static_cast<double>(bytes_per_call(c));
@@ -194,8 +194,8 @@ Status write_json(const std::string& path, const json& j) {
 namespace {
 
 std::string cell_columns(const Cell& c) {
-  return fmt::format("{:<6} {:>3} {:>4} {:>2} {:<5} {:<4}", op_name(c.op), c.heads, c.count, c.tokens,
-                     state_name(c.state), conv_name(c.conv));
+  return fmt::format("{:<6} {:>3} {:>4} {:>2} {:<5} {:<4}", to_string(c.op), c.heads, c.count, c.tokens,
+                     to_string(c.state), to_string(c.conv));
 }
 constexpr const char* kCellHeader = "op       H    N  T state conv";
 

@@ -44,7 +44,7 @@ if step tune; then
   summary+=("tune: rc=$s, $(( $(date +%s) - t )) s")
   if [ -f "$B/runtime/libkdajit.so" ]; then
     summary+=("tune vs built-in bands: $(KDAJIT_LIBRARY=$B/runtime/libkdajit.so PYTHONPATH=python \
-      python3 bench/tune_vs_selector.py "$OUT/tune.json" 2>&1 | grep -E '^all:' | head -1)")
+      python3 bench/tune_vs_selector.py "$OUT/tune.json" --cli "$B/tools/kdajit" 2>&1 | grep -E '^all:' | head -1)")
   fi
 fi
 
@@ -69,12 +69,13 @@ fi
 # float64 reference and each other).
 if step peers; then
   export PYTHONUNBUFFERED=1
-  python3 bench/peers/bench_triton_peer.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
+  REF="$B/tools/reference/libkdajit_reference_shim.so"  # the float64 reference of the reference checks
+  python3 bench/peers/bench_triton_peer.py --lib "$B/runtime/libkdajit.so" --reference-lib "$REF" --heads 16,64 \
     --rows 8,32,128,512 --reps 30 --time-limit 60 --watchdog 80 --json "$OUT/peers_single.json" \
     >>"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1
   summary+=("peer single: rc=$s")
-  python3 bench/peers/bench_triton_packed.py --lib "$B/runtime/libkdajit.so" --heads 16,64 \
+  python3 bench/peers/bench_triton_packed.py --lib "$B/runtime/libkdajit.so" --reference-lib "$REF" --heads 16,64 \
     --seqs 1,8,32,128 --tokens 2,4 --reps 30 --host-calls 100 --time-limit 80 --watchdog 100 \
     --json "$OUT/peers_packed.json" >>"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "driver_fns.hpp"
+#include "driver.hpp"
 
 namespace kdajit::bench {
 
@@ -46,15 +46,15 @@ Result<Summary> time_graph(TimingContext& t, const Graph& g, bool flush) {
 }
 
 Status BareLaunch::launch(cudaStream_t s) {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   cfg.hStream = reinterpret_cast<CUstream>(s);
   cfg.attrs = cfg.numAttrs > 0 ? &attr : nullptr;  // this object's attribute (it may have been copied)
-  BENCH_CU(f->cuLaunchKernelEx(&cfg, fn, params, nullptr));
+  BENCH_CU(*f, f->cuLaunchKernelEx(&cfg, fn, params, nullptr));
   return {};
 }
 
 Result<BareLaunch> bare_launch_of(const Graph& g) {
-  KDAJIT_TRY_ASSIGN(const DriverFns* f, driver_fns());
+  KDAJIT_TRY_ASSIGN(const DriverApi* f, bench_driver());
   size_t n = 0;
   BENCH_CUDA(cudaGraphGetNodes(g.graph, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
@@ -70,7 +70,7 @@ Result<BareLaunch> bare_launch_of(const Graph& g) {
                  fmt::format("the call captured {} nodes ({} kernels); the bare launch takes exactly one kernel", n,
                              kernels.size()));
   CUDA_KERNEL_NODE_PARAMS kp{};
-  BENCH_CU(f->cuGraphKernelNodeGetParams(reinterpret_cast<CUgraphNode>(kernels[0]), &kp));
+  BENCH_CU(*f, f->cuGraphKernelNodeGetParams(reinterpret_cast<CUgraphNode>(kernels[0]), &kp));
   if (kp.extra != nullptr) return Error(ErrorCode::unsupported, "the kernel node passes its parameters as `extra`");
   BareLaunch b;
   b.fn = kp.func ? kp.func : reinterpret_cast<CUfunction>(kp.kern);

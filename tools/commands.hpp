@@ -42,7 +42,7 @@ inline void unwrap(Status s) {
   if (!s) throw Failure(s.error().message, exit_code_for(s.error()), s.error().detail);
 }
 
-void add_keys_command(CLI::App& app);       // keys
+void add_keys_command(CLI::App& app);       // keys, fields
 void add_compile_commands(CLI::App& app);   // show, compile
 void add_cache_commands(CLI::App& app);     // prewarm, ls, verify, explain, prune, clear
 void add_prewarm(CLI::App& app);              //   cmd_prewarm.cpp

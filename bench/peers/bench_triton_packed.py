@@ -20,7 +20,6 @@ Exit codes: 0 all measured and every check passed; 1 a check failed or a
 configuration could not be measured; 2 usage or environment error (no torch,
 Triton, CUDA or libkdajit); 3 the time limit cut the run short (partial results).
 """
-import importlib.util
 import math
 import os
 import sys
@@ -35,8 +34,6 @@ import bench_triton_peer as peer  # noqa: E402  (puts python/ on sys.path too; i
 D = 128
 W = 4
 log = peer.log
-
-TESTS_DIR = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "tests", "python"))
 
 # Tolerances, relative L2. Against the float64 reference: docs/CONTRACT.md §8. Between
 # kdajit and Triton: both carry their own rounding, hence about twice the spec's.
@@ -53,19 +50,11 @@ REF_HEADS, REF_TOKENS = 2, 4
 REF_LENGTHS = (4, 3, 4, 4, 2, 0, 4, 1, 4, 4)
 REF_ACCEPTED = (2, 3, 0, 3, 4, 2, 1, 9, 4, 2)
 
-_kt = None
-
-
 def kda_testing():
-    """tests/python/kda_testing.py, imported by path (it needs only torch)."""
-    global _kt
-    if _kt is None:
-        path = os.path.join(TESTS_DIR, "kda_testing.py")
-        spec = importlib.util.spec_from_file_location("kda_testing", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        _kt = mod
-    return _kt
+    """tests/python/kda_testing.py (imported by path by kda_problem)."""
+    import kda_problem
+
+    return kda_problem.kda_testing()
 
 
 def grid_arguments(ap):

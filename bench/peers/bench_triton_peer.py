@@ -87,6 +87,9 @@ def peer_arguments(description, *, heads, grid, host_calls, seed, time_limit, wa
     the op's own grid options after --heads. check_peer_arguments() checks them."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--lib", default="build-device/runtime/libkdajit.so", help="path of libkdajit.so")
+    ap.add_argument("--reference-lib", default=os.environ.get("KDAJIT_REFERENCE_LIB"),
+                    help="path of libkdajit_reference_shim.so, the float64 reference of the reference check "
+                         "(default: KDAJIT_REFERENCE_LIB)")
     ap.add_argument("--json", default=None, help="write every number here (rewritten after each configuration)")
     ap.add_argument("--heads", type=int_list, default=heads, help="H values")
     grid(ap)
@@ -141,6 +144,17 @@ def parse_args(argv):
 
 class SetupError(Exception):
     """The environment cannot run the benchmark (exit 2)."""
+
+
+def load_reference(path):
+    """Loads the float64 reference library (libkdajit_reference_shim.so) at `path`
+    for the reference check; RuntimeError saying what is expected when it cannot."""
+    from kda_problem import kda_testing
+
+    kt = kda_testing()
+    if path:
+        os.environ[kt.REFERENCE_LIB_ENV] = os.path.abspath(path)
+    kt.reference_lib()
 
 
 def load_kdajit(lib_path):
@@ -664,6 +678,11 @@ def run_grid(args, *, schema, kernels, selftest_title, selftest, doc_fields, tol
         return EXIT_FAILED
     if args.abi_only:
         return EXIT_OK
+    try:
+        load_reference(args.reference_lib)
+    except RuntimeError as e:
+        log(f"error: --reference-lib: {e}")
+        return EXIT_USAGE
 
     try:
         import triton

@@ -1,13 +1,20 @@
-"""Random single-token KDA decode problems (docs/CONTRACT.md §8) and a float64 reference
-of the math (docs/CONTRACT.md §2), on torch tensors laid out as docs/CONTRACT.md §1 says."""
+"""Random single-token KDA decode problems (docs/CONTRACT.md §8) on torch tensors laid
+out as docs/CONTRACT.md §1 says, and the project's float64 reference of one call
+(docs/CONTRACT.md §2) on them."""
 import dataclasses
+import importlib.util
 import math
+import os
 
 import torch
 
 D = 128
 W = 4
 TAPS = W - 1  # conv history per channel for T = 1
+
+TESTS_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "tests",
+                                          "python"))
+_kt = None
 
 
 @dataclasses.dataclass
@@ -130,55 +137,33 @@ def make_problem(heads, live_rows, state_dtype, device, seed, *, null_rows=0, oo
     )
 
 
-def _bf16(t):
-    return t.to(torch.bfloat16).to(torch.float64)
+def kda_testing():
+    """tests/python/kda_testing.py, imported by path: the tests' problems and the
+    project's float64 reference (the C++ one, through libkdajit_reference_shim.so,
+    whose path $KDAJIT_REFERENCE_LIB holds)."""
+    global _kt
+    if _kt is None:
+        path = os.path.join(TESTS_DIR, "kda_testing.py")
+        spec = importlib.util.spec_from_file_location("kda_testing", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _kt = mod
+    return _kt
 
 
 def reference(p):
-    """Spec section 2 in float64 on the CPU with rounding points 1-4.
+    """docs/CONTRACT.md §2 in float64 on the CPU with rounding points 1-4: the C++
+    reference (kda_testing.reference_call) on host copies of p's tensors.
 
     Returns (output, state, conv_state) after the call: full tensors, untouched
     slots copied from p, null and out-of-range rows zero."""
-    p = p.to("cpu")
-    H, hidden = p.heads, p.heads * D
-    out = torch.zeros(p.rows, H, D, dtype=torch.float64)
-    state = p.state.clone()
-    conv = p.conv_state.clone()
-    # Per channel c = j*hidden + h*D + d its four taps: weight[j, :, h*D+d].
-    w = p.conv_weight.double().permute(0, 2, 1).reshape(3 * hidden, W)
-    gate_bias = p.dt_bias.double().view(H, D)
-    A = torch.exp(p.A_log.double()).view(H, 1)
-    for r in range(p.rows):
-        s = int(p.state_indices[r])
-        if not 0 < s < p.slots:
-            continue
-        hist = p.conv_state[s].double()  # [qkv, 3]
-        xr = p.x[r].double()
-        a = (hist * w[:, :TAPS]).sum(1) + w[:, TAPS] * xr
-        m = _bf16(a * torch.sigmoid(a))
-        conv[s] = torch.stack([p.conv_state[s][:, 1], p.conv_state[s][:, 2], p.x[r]], dim=1)
-        q, k, v = m.view(3, H, D)
-        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * D ** -0.5
-        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-        g = p.raw_gate[r].double() + gate_bias
-        if p.gate_softplus:
-            sp = torch.where(g > 20, g, torch.log1p(torch.exp(g)))
-            gv = -A * sp
-        else:
-            gv = p.lower_bound * torch.sigmoid(A * g)
-        decay = torch.exp(gv)  # [H, K]
-        beta = torch.sigmoid(p.raw_beta[r].double()).view(H, 1)
-        St = p.state[s].double() * decay[:, None, :]  # [H, V, K]
-        u = torch.einsum("hvk,hk->hv", St, k)
-        delta = beta * (v - u)
-        St = St + delta[:, :, None] * k[:, None, :]
-        o = torch.einsum("hvk,hk->hv", St, q)
-        state[s] = St.to(state.dtype)
-        ob = _bf16(o)
-        y = ob * torch.rsqrt((ob * ob).mean(-1, keepdim=True) + p.norm_eps)
-        y = y * p.norm_weight.double() * torch.sigmoid(p.output_gate[r].double())
-        out[r] = _bf16(y)
-    return out.to(torch.bfloat16), state, conv
+    q = p.to("cpu")
+    kda_testing().reference_call(
+        "single", x=q.x, weight=q.conv_weight, conv_state=q.conv_state, raw_gate=q.raw_gate, raw_beta=q.raw_beta,
+        A_log=q.A_log, dt_bias=q.dt_bias, state_indices=q.state_indices, state=q.state, output_gate=q.output_gate,
+        norm_weight=q.norm_weight, lower_bound=None if q.gate_softplus else q.lower_bound, norm_eps=q.norm_eps,
+        output=q.output)
+    return q.output, q.state, q.conv_state
 
 
 def rel_l2(got, ref):

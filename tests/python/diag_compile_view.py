@@ -24,7 +24,7 @@ buffer: 'own' = written in place, 'copy' = Inductor/functionalization passed a
 clone that is copied back). For the first Inductor call it prints the generated
 code's lines around the kdajit call (reinterpret_tensor of the pool or a buffer).
 
-KDAJIT_TEST_FAKE_DEVICE=1 (with KDAJIT_TEST_REFERENCE) runs the same on the CPU with
+KDAJIT_TEST_FAKE_DEVICE=1 (with KDAJIT_REFERENCE_LIB) runs the same on the CPU with
 the C++ reference standing in for the kernels, where torch can compile.
 """
 import os

@@ -1,8 +1,9 @@
 """Test support for the Python package: random KDA decode problems laid out the
 way engines pass them (FlashInfer's and vLLM's shapes, padded strides, SD/DS
-conv layouts, shuffled slots, null and out-of-range rows), a float64 reference
-of the spec's math (docs/CONTRACT.md §2-§4, rounding points 1-4),
-and the docs/CONTRACT.md §8 checks. Torch only; any device.
+conv layouts, shuffled slots, null and out-of-range rows), the project's float64
+reference (the C++ one, through libkdajit_reference_shim.so: docs/CONTRACT.md
+§2-§4, rounding points 1-4), and the docs/CONTRACT.md §8 checks. Torch; the
+reference also needs the kdajit package and $KDAJIT_REFERENCE_LIB.
 """
 import os
 
@@ -233,127 +234,71 @@ def to_device(p, device):
 
 
 # --- The float64 reference (docs/CONTRACT.md §2-§4) ------------------------------------
+# The project's one reference is the C++ one (tools/reference/reference.cpp); Python
+# runs it through libkdajit_reference_shim.so on host tensors, mapped to
+# kdajit_decode_args_t by the kdajit package exactly as a call would be.
 
-_BF16_MAX = 3.3895313892515355e38  # (2 - 2^-7) * 2^127
-
-
-def _bf16(t):
-    """f64 -> the nearest bf16 value (ties to even) in ONE rounding, as f64. torch's
-    own f64 -> bf16 goes through f32 (two roundings: about 1 value in 1e5 lands
-    elsewhere), which the spec's exact math does not have (nor the C++ reference)."""
-    _, e = torch.frexp(t)  # |t| = m * 2^e, m in [0.5, 1)
-    ulp = torch.clamp(e.to(torch.float64) - 8, min=-133)  # 8 significant bits; bf16 subnormals below 2^-126
-    r = torch.round(t * torch.pow(2.0, -ulp)) * torch.pow(2.0, ulp)  # round(): half to even
-    r = torch.where(r.abs() > _BF16_MAX, torch.copysign(torch.full_like(r, float("inf")), t), r)
-    return torch.where(torch.isfinite(t) & (t != 0), r, t)
+REFERENCE_LIB_ENV = "KDAJIT_REFERENCE_LIB"
+_reference_fn = None
 
 
-def _store(v, dtype):
-    """Rounding point 2: the f64 state stored in the state dtype, in one rounding."""
-    return (_bf16(v) if dtype == torch.bfloat16 else v).to(dtype)
+def reference_lib():
+    """kdajit_reference_decode(op, args, message, size) of the shim library whose
+    path is in $KDAJIT_REFERENCE_LIB (CMake target kdajit_reference_shim)."""
+    global _reference_fn
+    if _reference_fn is None:
+        import ctypes
+
+        path = os.environ.get(REFERENCE_LIB_ENV)
+        if not path:
+            raise RuntimeError(f"{REFERENCE_LIB_ENV}: expected the path of libkdajit_reference_shim.so (the CMake "
+                               "target kdajit_reference_shim, built as build/tools/reference/"
+                               "libkdajit_reference_shim.so), got nothing")
+        if not os.path.isfile(path):
+            raise RuntimeError(f"{REFERENCE_LIB_ENV}: expected the path of libkdajit_reference_shim.so, got {path!r} "
+                               "(no such file: build the target kdajit_reference_shim)")
+        fn = ctypes.CDLL(path).kdajit_reference_decode
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        _reference_fn = fn
+    return _reference_fn
 
 
-def _conv_taps(weight, hidden):
-    """weight [3, 4, hidden] -> per channel c = j*hidden + i its 4 taps: [3*hidden, 4]."""
-    return weight.to(torch.float64).permute(0, 2, 1).reshape(3 * hidden, W)
+def run_reference(op_index, args):
+    """Runs the C++ reference on kdajit_decode_args_t bytes (host pointers), in place;
+    op_index 0 single, 1 packed (kdajit_op_t). Raises the package's error for a failure."""
+    import ctypes
+
+    from kdajit import _abi
+
+    msg = ctypes.create_string_buffer(512)
+    status = reference_lib()(op_index, args, msg, len(msg))
+    if status:
+        raise _abi.error_for(status, msg.value.decode())
 
 
-def _token(xr, window_hist, taps, raw_gate_r, dt_bias, A, raw_beta_r, S, output_gate_r, norm_weight, gate,
-           lower_bound, norm_eps, H):
-    """Steps 1-7 of docs/CONTRACT.md §2 for one token: returns (new S f64, output row f64 [H, D] bf16-rounded,
-    m) with window_hist [qkv, 3] the three history taps."""
-    a = (window_hist * taps[:, :3]).sum(-1) + taps[:, 3] * xr
-    m = _bf16(a * torch.sigmoid(a))
-    q, k, v = m.view(3, H, D).unbind(0)
-    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * D ** -0.5
-    k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    g = raw_gate_r + dt_bias.view(H, D)
-    if gate == "bounded":
-        gv = lower_bound * torch.sigmoid(A[:, None] * g)
-    else:
-        sp = torch.where(g > 20, g, torch.log1p(torch.exp(torch.clamp(g, max=20))))
-        gv = -A[:, None] * sp
-    decay = torch.exp(gv)  # [H, D(k)]
-    beta = torch.sigmoid(raw_beta_r)  # [H]
-    S1 = S * decay[:, None, :]
-    u = torch.einsum("hvk,hk->hv", S1, k)
-    delta = beta[:, None] * (v - u)
-    S2 = S1 + delta[:, :, None] * k[:, None, :]
-    o = torch.einsum("hvk,hk->hv", S2, q)
-    ob = _bf16(o)
-    y = ob * torch.rsqrt((ob * ob).mean(-1, keepdim=True) + norm_eps) * norm_weight[None, :] * \
-        torch.sigmoid(output_gate_r)
-    return S2, _bf16(y)
+def reference_call(op, **kwargs):
+    """The C++ reference of one call of `op` ("single" or "packed") with the op's
+    arguments (host tensors, as kdajit.fused_kda_decode / packed_fused_kda_decode
+    take them): conv_state, state and output are updated in place."""
+    import kdajit
+    from kdajit import _abi
+
+    fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
+    run_reference(_abi.OPS[op], kdajit.dry_run(fn, **kwargs))
 
 
 def reference(p):
     """The expected (output [R, H, D] bf16, conv_state, state) after the call, on the
-    CPU, from the problem's tensors before the call (p.views, any device)."""
-    v = {k: (t.cpu() if t is not None else None) for k, t in p.views.items()}
-    H = p.heads
-    hidden = H * D
-    x = v["x"].to(torch.float64)
-    taps = _conv_taps(v["weight"], hidden)
-    conv = copy_strided(v["conv_state"])
-    state = copy_strided(v["state"])
-    R = x.shape[0]
-    S = state.shape[0]
-    raw_gate = v["raw_gate"].to(torch.float64)
-    raw_beta = v["raw_beta"].to(torch.float64)
-    A = torch.exp(v["A_log"].to(torch.float64))
-    dt_bias = v["dt_bias"].to(torch.float64)
-    og = v["output_gate"].to(torch.float64)
-    nw = v["norm_weight"].to(torch.float64)
-    gate = "softplus" if p.lower_bound is None else "bounded"
-    lb = p.lower_bound
-    out = torch.zeros(R, H, D, dtype=torch.float64)
-    si = v["state_indices"].to(torch.int64)
-
-    def run(row, hist, Sm):
-        return _token(x[row], hist, taps, raw_gate[row], dt_bias, A, raw_beta[row], Sm, og[row], nw, gate, lb,
-                      p.norm_eps, H)
-
-    if p.op == "single":
-        for r in range(R):
-            s = int(si[r])
-            if s <= 0 or s >= S:
-                continue
-            hist = conv[s].to(torch.float64)  # [qkv, 3]
-            S2, y = run(r, hist, state[s].to(torch.float64))
-            conv[s, :, 0] = conv[s, :, 1].clone()
-            conv[s, :, 1] = conv[s, :, 2].clone()
-            conv[s, :, 2] = v["x"][r]
-            state[s] = _store(S2, state.dtype)
-            out[r] = y
-        return out.to(torch.bfloat16), conv, state
-
-    qsl = v["query_start_loc"].tolist()
-    nat = v["num_accepted_tokens"].tolist()
-    N, T = si.shape
-    for n in range(N):
-        start, end = qsl[n], qsl[n + 1]
-        L = end - start
-        a = min(max(nat[n], 1), T)
-        cs, src = int(si[n, 0]), int(si[n, a - 1])
-        live = 0 < L <= T and 0 <= start and end <= R and 0 < cs < S and 0 < src < S
-        if not live:
-            continue
-        window = conv[cs, :, a - 1:a + 2].to(torch.float64).clone()  # [qkv, 3]
-        old1, old2 = conv[cs, :, a].clone(), conv[cs, :, a + 1].clone()
-        Sm = state[src].to(torch.float64)
-        for t in range(L):
-            row = start + t
-            Sm, y = run(row, window, Sm)
-            out[row] = y
-            window = torch.cat([window[:, 1:], x[row][:, None]], dim=1)
-            dst = int(si[n, t])
-            if 0 < dst < S:
-                state[dst] = _store(Sm, state.dtype)
-        conv[cs, :, 0] = old1
-        conv[cs, :, 1] = old2
-        for t in range(L):
-            conv[cs, :, 2 + t] = v["x"][start + t]
-    return out.to(torch.bfloat16), conv, state
+    CPU, from the problem's tensors before the call (p.views, any device): the C++
+    reference run on copies of the canonical views."""
+    work = snapshot(p)
+    v = work.views
+    if v.get("output") is None:
+        rows = v["x"].shape[0]
+        v["output"] = torch.zeros(rows, p.heads, D, dtype=torch.bfloat16)
+    reference_call(p.op, **Problem(p.op, v, v, p.lower_bound, p.norm_eps, p.mode).kwargs())
+    return v["output"].reshape(-1, p.heads, D), v["conv_state"], v["state"]
 
 
 def rel_l2(got, want):

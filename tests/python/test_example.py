@@ -3,7 +3,6 @@ reference, its vLLM-shaped kdajit call accepted by the contract (dry run), and i
 kdajit path, with the project's C++ reference standing in for the kernel, against
 its torch path through the example's own comparison. The GPU run of the example
 (`--check`, CTest python_example) compares the real kernels the same way."""
-import ctypes
 import importlib.util
 import os
 import unittest
@@ -98,21 +97,15 @@ class KdajitPath(unittest.TestCase):
         self.assertEqual(a.state_indices_mode, _abi.INDICES_UNIQUE_OR_NULL)
 
     def test_kdajit_path_with_the_reference_kernel_matches_the_torch_path(self):
-        path = os.environ.get("KDAJIT_TEST_REFERENCE")
-        if not path:
-            self.skipTest("KDAJIT_TEST_REFERENCE is not set")
-        shim = ctypes.CDLL(path).kdajit_test_reference
-        shim.restype = ctypes.c_int
-        shim.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        if not os.environ.get(kt.REFERENCE_LIB_ENV):
+            self.skipTest(f"{kt.REFERENCE_LIB_ENV} is not set")
 
         def reference_launch(fn_index, op, args, mapping):
             c = _launch._c or _launch._bind()
             status = c[2](fn_index, args)
             if status:
                 raise _launch._fail(status, op, mapping)
-            msg = ctypes.create_string_buffer(256)
-            if shim(fn_index, args, msg, len(msg)):
-                raise AssertionError(msg.value.decode())
+            kt.run_reference(fn_index, args)
 
         launch = _launch._launch
         _launch._launch, _launch._allow_host_tensors = reference_launch, True

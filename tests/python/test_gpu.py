@@ -11,7 +11,6 @@ KDAJIT_TEST_FAKE_DEVICE=1 runs the eager and error tests on the CPU with the
 project's C++ reference standing in for the kernels (after the library's own
 validation of the same args bytes): CI thereby runs this file's problem
 building, mapping and checking logic, which the real GPU run depends on."""
-import ctypes
 import itertools
 import os
 import tempfile
@@ -28,19 +27,12 @@ NEEDS_CUDA = "needs a CUDA device (KDAJIT_TEST_FAKE_DEVICE=1 runs only the eager
 
 if FAKE:
     DEV = "cpu"
-    _shim = ctypes.CDLL(os.environ["KDAJIT_TEST_REFERENCE"]).kdajit_test_reference
-    _shim.restype = ctypes.c_int
-    _shim.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-
     def _reference_launch(fn_index, op, args, mapping):
         c = _launch._c or _launch._bind()
         status = c[2](fn_index, args)  # the library's validation, as the real entry points run it
         if status:
             raise _launch._fail(status, op, mapping)
-        msg = ctypes.create_string_buffer(512)
-        status = _shim(fn_index, args, msg, len(msg))  # fn_index: 0 single, 1 packed (kdajit_op_t)
-        if status:
-            raise _abi.error_for(status, msg.value.decode())
+        kt.run_reference(fn_index, args)  # fn_index: 0 single, 1 packed (kdajit_op_t)
 
     _launch._allow_host_tensors = True
     _launch._launch = _reference_launch

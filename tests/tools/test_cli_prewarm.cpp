@@ -263,3 +263,36 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
   CHECK(table.code == 0);
   CHECK(table.out.find("shared-memory state stages: packed.bf16=2 (64 KiB)") != std::string::npos);
 }
+
+TEST_CASE("kdajit fields lists the key name's fields from the spelling tables", "[cli][fields]") {
+  TempDir scratch;
+  Run r = cli({"fields", "--json"}, scratch.path());
+  REQUIRE(r.code == 0);
+  const json fields = parse_json(r);
+  REQUIRE(fields.is_array());
+  REQUIRE(fields.size() == kKeyLayout.size());
+  const auto spelled = [](auto table) { return std::vector<std::string>(table.begin(), table.end()); };
+  CHECK(fields[0]["values"].get<std::vector<std::string>>() == spelled(KeyField<Op>::values));
+  CHECK(fields[2]["values"].get<std::vector<std::string>>() == spelled(KeyField<StateDtype>::values));
+  CHECK(fields[3]["values"].get<std::vector<std::string>>() == spelled(KeyField<ConvLayout>::values));
+  CHECK(fields[5]["values"].get<std::vector<std::string>>() == spelled(KeyField<Gate>::values));
+  CHECK(fields[6]["values"].get<std::vector<std::string>>() == spelled(KeyField<Route>::values));
+  CHECK(fields[7]["values"].get<std::vector<std::string>>() == spelled(KeyField<Arch>::values));
+  for (size_t i : {size_t{1}, size_t{4}}) {
+    CHECK(fields[i]["min"] == kKeyLayout[i].lo);
+    CHECK(fields[i]["max"] == kKeyLayout[i].hi);
+    CHECK_FALSE(fields[i].contains("values"));
+  }
+  // A key name is the fields' prefixes and values joined by dots, in this order.
+  const KernelKey k{Op::packed, 64, StateDtype::bf16, ConvLayout::ds, 4, Gate::softplus, Route::split2, Arch::sm_90a};
+  const std::array<std::string, 8> values = {"packed", "64", "bf16", "ds", "4", "softplus", "split2", "sm_90a"};
+  std::string name;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    CHECK(fields[i]["name"] == kKeyLayout[i].json_name);
+    name += (i ? "." : "") + fields[i]["prefix"].get<std::string>() + values[i];
+  }
+  CHECK(name == key_name(k));
+  Run table = cli({"fields"}, scratch.path());
+  CHECK(table.code == 0);
+  CHECK(table.out.find(key_name_shape()) != std::string::npos);
+}

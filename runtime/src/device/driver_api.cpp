@@ -39,6 +39,9 @@ Loaded load() {
                   bind_symbol(lib, a.cuModuleLoadData, "cuModuleLoadData") && bind_symbol(lib, a.cuModuleUnload, "cuModuleUnload") &&
                   bind_symbol(lib, a.cuModuleGetFunction, "cuModuleGetFunction") &&
                   bind_symbol(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute") &&
+                  bind_symbol(lib, a.cuFuncGetAttribute, "cuFuncGetAttribute") &&
+                  bind_symbol(lib, a.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                              "cuOccupancyMaxActiveBlocksPerMultiprocessor") &&
                   bind_symbol(lib, a.cuDeviceGetName, "cuDeviceGetName") &&
                   bind_symbol(lib, a.cuDriverGetVersion, "cuDriverGetVersion") &&
                   bind_symbol(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx") &&
@@ -57,6 +60,7 @@ Loaded load() {
   if (!bind_symbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime_v2")) bind_symbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime");
   bind_symbol(lib, a.cuMemsetD32, "cuMemsetD32_v2");
   bind_symbol(lib, a.cuMemsetD32Async, "cuMemsetD32Async");
+  bind_symbol(lib, a.cuGraphKernelNodeGetParams, "cuGraphKernelNodeGetParams_v2");
   if (!ok) {
     out.error = Error(ErrorCode::cuda, "CUDA driver: libcuda.so.1 lacks a required entry point (driver older than CUDA 12?)");
     return out;

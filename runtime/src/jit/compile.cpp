@@ -13,18 +13,19 @@ namespace {
 
 constexpr const char* kProgramName = "kernel.cu";
 
-// nvrtc_check() with the key in front of the message.
-Status check_for(const NvrtcApi& api, nvrtcResult r, std::string_view what, const KernelKey& key) {
-  Status s = nvrtc_check(api, r, what);
+// nvrtc_check() with `what` in front of the message.
+Status check_for(const NvrtcApi& api, nvrtcResult r, std::string_view call, std::string_view what) {
+  Status s = nvrtc_check(api, r, call);
   if (s) return s;
   Error e = std::move(s).error();
-  e.message = fmt::format("compile {}: {}", key_name(key), e.message);
+  e.message = fmt::format("{}: {}", what, e.message);
   return e;
 }
 
 // "kernel.cu(123): error: ..." -> the source line 123, for the error detail.
-std::string failing_source_line(const std::string& log, const std::string& source) {
-  static const std::regex re(R"(kernel\.cu\((\d+)\): error)");
+std::string failing_source_line(const std::string& log, const std::string& program_name, const std::string& source) {
+  const std::regex re(std::regex_replace(program_name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                      R"(\((\d+)\): error)");
   std::smatch m;
   if (!std::regex_search(log, m, re)) return {};
   const long target = std::stol(m[1].str());
@@ -37,7 +38,8 @@ std::string failing_source_line(const std::string& log, const std::string& sourc
   }
   if (pos == std::string::npos || pos >= source.size()) return {};
   size_t end = source.find('\n', pos);
-  return fmt::format("kernel.cu:{}: {}", target, source.substr(pos, end == std::string::npos ? end : end - pos));
+  return fmt::format("{}:{}: {}", program_name, target,
+                     source.substr(pos, end == std::string::npos ? end : end - pos));
 }
 
 int first_int(const std::string& log, const std::regex& re) {
@@ -88,16 +90,14 @@ KernelResources parse_ptxas_log(const std::string& log) {
   return r;
 }
 
-Result<CompiledKernel> compile(const BuildInputs& in) {
+Result<CompiledKernel> compile_program(std::string_view what, const std::string& program_name,
+                                       const std::string& source, const std::vector<std::string>& options) {
   const auto t0 = std::chrono::steady_clock::now();
   KDAJIT_TRY_ASSIGN(const NvrtcApi* nv, nvrtc());
   const NvrtcApi& api = *nv;
-  if (api.version != in.nvrtc_version)
-    return Error(ErrorCode::internal, fmt::format("compile {}: inputs were made for NVRTC {}, the loaded one is {}",
-                                                  key_name(in.key), in.nvrtc_version, api.version));
   nvrtcProgram prog = nullptr;
-  KDAJIT_TRY(check_for(api, api.nvrtcCreateProgram(&prog, in.source.c_str(), kProgramName, 0, nullptr, nullptr),
-                       "nvrtcCreateProgram", in.key));
+  KDAJIT_TRY(check_for(api, api.nvrtcCreateProgram(&prog, source.c_str(), program_name.c_str(), 0, nullptr, nullptr),
+                       "nvrtcCreateProgram", what));
   struct Destroy {
     const NvrtcApi& api;
     nvrtcProgram* p;
@@ -105,7 +105,7 @@ Result<CompiledKernel> compile(const BuildInputs& in) {
   } destroy{api, &prog};
 
   std::vector<const char*> opts;
-  for (const auto& o : in.options) opts.push_back(o.c_str());
+  for (const auto& o : options) opts.push_back(o.c_str());
   const nvrtcResult cr = api.nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
 
   CompiledKernel out;
@@ -116,20 +116,28 @@ Result<CompiledKernel> compile(const BuildInputs& in) {
     else out.log.resize(log_size - 1);  // drop the NUL
   }
   if (cr != NVRTC_SUCCESS) {
-    std::string detail = fmt::format("options: {}\nNVRTC {} ({})\n", fmt::join(in.options, " "), api.version, api.path);
-    if (auto line = failing_source_line(out.log, in.source); !line.empty()) detail += line + "\n";
+    std::string detail = fmt::format("options: {}\nNVRTC {} ({})\n", fmt::join(options, " "), api.version, api.path);
+    if (auto line = failing_source_line(out.log, program_name, source); !line.empty()) detail += line + "\n";
     detail += "NVRTC log:\n" + out.log;
-    return Error(ErrorCode::compile_failed,
-                 fmt::format("compile {}: NVRTC failed ({})", key_name(in.key), api.nvrtcGetErrorString(cr)),
+    return Error(ErrorCode::compile_failed, fmt::format("{}: NVRTC failed ({})", what, api.nvrtcGetErrorString(cr)),
                  std::move(detail));
   }
   size_t cubin_size = 0;
-  KDAJIT_TRY(check_for(api, api.nvrtcGetCUBINSize(prog, &cubin_size), "nvrtcGetCUBINSize", in.key));
+  KDAJIT_TRY(check_for(api, api.nvrtcGetCUBINSize(prog, &cubin_size), "nvrtcGetCUBINSize", what));
   out.cubin.resize(cubin_size);
-  KDAJIT_TRY(check_for(api, api.nvrtcGetCUBIN(prog, out.cubin.data()), "nvrtcGetCUBIN", in.key));
+  KDAJIT_TRY(check_for(api, api.nvrtcGetCUBIN(prog, out.cubin.data()), "nvrtcGetCUBIN", what));
   out.resources = parse_ptxas_log(out.log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+Result<CompiledKernel> compile(const BuildInputs& in) {
+  KDAJIT_TRY_ASSIGN(const NvrtcApi* api, nvrtc());
+  const std::string what = fmt::format("compile {}", key_name(in.key));
+  if (api->version != in.nvrtc_version)
+    return Error(ErrorCode::internal, fmt::format("{}: inputs were made for NVRTC {}, the loaded one is {}", what,
+                                                  in.nvrtc_version, api->version));
+  return compile_program(what, kProgramName, in.source, in.options);
 }
 
 const std::vector<int>& nvrtc_compute_capabilities() {

@@ -31,6 +31,8 @@ struct DriverApi {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*cuFuncGetAttribute)(int*, CUfunction_attribute, CUfunction);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
@@ -54,6 +56,9 @@ struct DriverApi {
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+  // Reads a captured kernel node back (kdajit_bench's bare launch). Optional:
+  // null when this driver lacks it.
+  CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
 
   bool timing_available() const {
     return cuStreamCreate && cuStreamDestroy && cuStreamSynchronize && cuEventCreate && cuEventDestroy &&

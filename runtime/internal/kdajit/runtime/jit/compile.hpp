@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kdajit/error.hpp"
@@ -42,6 +43,15 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key);
 // Compiles. A failure is an Error{compile_failed} whose message names the key
 // and whose detail carries the options, the NVRTC log and the failing source line.
 Result<CompiledKernel> compile(const BuildInputs& inputs);
+
+// One NVRTC program: `source` (called `program_name` in NVRTC's log) compiled
+// with `options` to a cubin. compile() is this with the key's inputs; tools with
+// kernels of their own (kdajit_bench's floor and fill kernels) call it directly.
+// Every error message starts with `what`; a failed compile is an
+// Error{compile_failed} whose detail carries the options, the NVRTC log and the
+// failing source line. `resources` are those of the log's first kernel.
+Result<CompiledKernel> compile_program(std::string_view what, const std::string& program_name,
+                                       const std::string& source, const std::vector<std::string>& options);
 
 // Parses "ptxas info" lines of a verbose log (exposed for tests).
 KernelResources parse_ptxas_log(const std::string& log);
