@@ -175,6 +175,8 @@ def _check_torch_side(spec, tensors):
     for (name, _, _, want), t in zip(spec, tensors):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
     x = tensors[0]
     for (name, _, _, want), t in zip(spec, tensors):
         if t.device != x.device:
@@ -459,6 +461,9 @@ def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
                      norm_weight.data_ptr(), c10, output.data_ptr(), c11, 0, c12, 0, c13,
                      _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
                      0.0 if lower_bound is None else lower_bound, norm_eps, mode, 0)
+    except RuntimeError:  # data_ptr() of a tensor without storage (sparse)
+        raise _not_tensors(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output)) from None
     except (ValueError, struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, mode) from None
     return m, args
@@ -539,6 +544,10 @@ def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
                      num_accepted_tokens.data_ptr(), c13,
                      _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
                      0.0 if lower_bound is None else lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, 0)
+    except RuntimeError:  # data_ptr() of a tensor without storage (sparse)
+        raise _not_tensors(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output, query_start_loc,
+                                         num_accepted_tokens)) from None
     except (struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, 0) from None
     return m, args
