@@ -43,7 +43,7 @@ class AgainstCppReference(unittest.TestCase):
         fn = kdajit.fused_kda_decode if p.op == "single" else kdajit.packed_fused_kda_decode
         args = kdajit.dry_run(fn, **p.kwargs())
         msg = ctypes.create_string_buffer(512)
-        status = self.ref(_abi.OPS[p.op], args, msg, len(msg))
+        status = self.ref(_abi.enum("op")[p.op], args, msg, len(msg))
         self.assertEqual(status, 0, f"{what}: C++ reference: {msg.value.decode()}")
         out = p.views["output"]
         self.assertFalse(bool(torch.isnan(out.float()).any()), f"{what}: an output element was not written")
