@@ -225,10 +225,11 @@ def _mode_of(state_indices_mode):
         return -1
 
 
-def _scalar_error(lower_bound, norm_eps, mode):
+def _scalar_error(lower_bound, norm_eps, mode, mode_given=None):
     if mode < 0:
-        return ValueError("state_indices_mode: expected 'unique_or_null', 'positive_unique' or "
-                          "'repeated_positive'")
+        names = list(_MODES)
+        return ValueError(f"state_indices_mode: expected {', '.join(map(repr, names[:-1]))} or {names[-1]!r}, "
+                          f"got {mode_given!r}")
     for name, v in (("lower_bound", lower_bound), ("norm_eps", norm_eps)):
         try:
             struct.pack("<f", 0.0 if v is None else v)
@@ -465,7 +466,7 @@ def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
         raise _not_tensors(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
                                          state, output_gate, norm_weight, output)) from None
     except (ValueError, struct.error, TypeError, OverflowError):
-        raise _scalar_error(lower_bound, norm_eps, mode) from None
+        raise _scalar_error(lower_bound, norm_eps, mode, state_indices_mode) from None
     return m, args
 
 
