@@ -1,8 +1,9 @@
 // The C ABI: status codes plus a thread-local message, over the C++ runtime.
 // Every entry point returns a status, whatever happens inside: no exception
 // (std::bad_alloc included) crosses into the caller. The structs are read
-// through their struct_size (sized_struct.hpp); messages quote the caller's
-// input through printable(), so kdajit_last_error() is one clean line.
+// through their struct_size (sized_struct.hpp); kdajit_last_error() is one
+// line with the caller's control bytes escaped (escaped_line).
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -30,6 +31,8 @@ thread_local std::string t_last_detail;
 // printable() already carry its escapes, which must not be escaped twice. Not
 // cut short: the messages are kdajit's own, and cut the input they quote.
 std::string escaped_line(const std::string& message) {
+  if (std::all_of(message.begin(), message.end(), [](unsigned char c) { return c >= 0x20 && c < 0x7F; }))
+    return message;  // printable ASCII (and every success: ""): nothing to escape
   std::string out;
   out.reserve(message.size());
   for (size_t start = 0;;) {
