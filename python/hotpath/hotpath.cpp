@@ -11,7 +11,8 @@
 // the first call of each layout; after a successful launch it hands the
 // kdajit_decode_args_t bytes it built to remember(), keyed here by the tensors'
 // metadata (dtype, device, sizes, strides of every tensor). A later call with
-// equal metadata reuses those bytes with its own data pointers and scalars, so
+// equal metadata reuses those bytes (struct_size included) with its own data
+// pointers and scalars, so
 // it passes exactly the bytes the Python path would have built; the C library
 // validates them in full on every call, as before.
 //
@@ -266,6 +267,11 @@ PyObject* hp_remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   kdajit_decode_args_t a;
   std::memcpy(&a, buf, sizeof(a));
+  if (a.struct_size != sizeof(a)) {  // the Python path packs this header's struct (kdajit.h struct_size)
+    PyErr_Format(PyExc_ValueError, "remember: expected args bytes with struct_size %zu, got %zu", sizeof(a),
+                 a.struct_size);
+    return nullptr;
+  }
   // c.last stays valid: the map's nodes do not move on insertion, and an equal
   // key's value is replaced in place.
   c.layouts.insert_or_assign(std::move(key), a);

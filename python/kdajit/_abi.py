@@ -2,7 +2,11 @@
 
 This module is the one place that knows the C struct layouts and the entry
 points: a header change is an edit here (tests/python compares every size and
-offset with what the C compiler says). It does not import torch.
+offset with what the C compiler says). The spellings of the enums (ops,
+dtypes, gates, layouts, modes, log levels), the arches and the routes are the
+library's: read once from kdajit_tables_json() (enum(), arches(), routes());
+only the enum numbers, which are the ABI, are written here. It does not
+import torch.
 
 The library is looked up, in order: next to this package (the copy that
 `pip install ./python` puts there), the path in KDAJIT_LIBRARY, then the
@@ -12,6 +16,7 @@ the NVRTC of the nvidia pip packages on the Python path (nvrtc_candidates).
 import ctypes
 import ctypes.util
 import glob
+import json
 import os
 import re
 import sys
@@ -39,7 +44,8 @@ ERROR_IO = 8
 ERROR_INTERNAL = 9
 
 # kdajit_dtype_t, kdajit_gate_t, kdajit_conv_layout_t, kdajit_op_t,
-# kdajit_indices_mode_t, kdajit_log_level_t
+# kdajit_indices_mode_t, kdajit_log_level_t: the numbers the code below passes
+# itself. The names the Python API takes for them come from the library (enum()).
 DTYPE_F32, DTYPE_BF16, DTYPE_INT32 = 0, 1, 2
 GATE_BOUNDED, GATE_SOFTPLUS = 0, 1
 CONV_SD, CONV_DS = 0, 1
@@ -47,21 +53,14 @@ OP_SINGLE, OP_PACKED = 0, 1
 INDICES_UNIQUE_OR_NULL, INDICES_POSITIVE_UNIQUE, INDICES_REPEATED_POSITIVE = 0, 1, 2
 LOG_DEFAULT, LOG_QUIET, LOG_INFO, LOG_DEBUG = -1, 0, 1, 2
 
-# The names the Python API takes for the enums (the CLI's and the key names' spelling).
-DTYPES = {"f32": DTYPE_F32, "bf16": DTYPE_BF16, "int32": DTYPE_INT32}
-GATES = {"bounded": GATE_BOUNDED, "softplus": GATE_SOFTPLUS}
-CONV_LAYOUTS = {"sd": CONV_SD, "ds": CONV_DS}
-OPS = {"single": OP_SINGLE, "packed": OP_PACKED}
-INDICES_MODES = {
-    "unique_or_null": INDICES_UNIQUE_OR_NULL,
-    "positive_unique": INDICES_POSITIVE_UNIQUE,
-    "repeated_positive": INDICES_REPEATED_POSITIVE,
-}
-LOG_LEVELS = {None: LOG_DEFAULT, "quiet": LOG_QUIET, "info": LOG_INFO, "debug": LOG_DEBUG}
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
 
 # --- Struct layouts (C enums are int-sized on every platform kdajit supports) ---
 
+# Every struct a caller passes starts with struct_size (kdajit.h, docs/CONTRACT.md
+# §9): the *_init functions take sizeof the ctypes struct and set it.
 class Tensor(ctypes.Structure):
     _fields_ = [
         ("data", c_void_p),
@@ -79,13 +78,15 @@ TENSOR_FIELDS = (
     "state_indices", "state", "output_gate", "norm_weight", "output",
     "query_start_loc", "num_accepted_tokens",
 )
-# The scalar fields after them, in header order, with their struct format codes.
+# The field before them and the scalar fields after them, in header order, with
+# their struct format codes.
+HEAD_FIELDS = (("struct_size", "Q"),)
 SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("norm_eps", "f"),
                  ("state_indices_mode", "i"), ("oob_counter", "Q"))
 
 
 class DecodeArgs(ctypes.Structure):
-    _fields_ = [(name, Tensor) for name in TENSOR_FIELDS] + [
+    _fields_ = [("struct_size", c_size_t)] + [(name, Tensor) for name in TENSOR_FIELDS] + [
         ("gate", c_int32),
         ("lower_bound", c_float),
         ("norm_eps", c_float),
@@ -96,6 +97,7 @@ class DecodeArgs(ctypes.Structure):
 
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("cache_dir", c_char_p),
         ("arch", c_char_p),
         ("device", c_int32),
@@ -108,6 +110,7 @@ class RuntimeOptions(ctypes.Structure):
 
 class Config(ctypes.Structure):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("op", c_int32),
         ("heads", c_int32),
         ("state_dtype", c_int32),
@@ -183,8 +186,18 @@ def candidates():
     return found
 
 
+# The entry points that take the sized structs: kdajit.h maps each name to its
+# NAME_v1 export (the plain symbols serve binaries of the 0.1.0 header).
+SIZED_ENTRY_POINTS = frozenset((
+    "kdajit_runtime_options_init", "kdajit_decode_args_init", "kdajit_config_init", "kdajit_runtime_create",
+    "kdajit_single_decode", "kdajit_packed_decode", "kdajit_validate_args", "kdajit_query_support",
+    "kdajit_config_key", "kdajit_config_keys", "kdajit_selected_key"))
+
+
 class Library:
-    """libkdajit.so with typed entry points."""
+    """libkdajit.so with typed entry points: each one an attribute of this object
+    under its kdajit.h name (e.g. lib.kdajit_config_key), bound to the export that
+    name maps to. The *_init entry points take the struct and its size."""
 
     def __init__(self, path, origin):
         self.path = path
@@ -192,54 +205,63 @@ class Library:
         self.lib = ctypes.CDLL(path)
         lib = self.lib
         self._proto("kdajit_version", c_char_p, [])
+        self._proto("kdajit_tables_json", c_char_p, [])
         self._proto("kdajit_status_string", c_char_p, [c_int])
         self._proto("kdajit_last_error", c_char_p, [])
         self._proto("kdajit_last_error_detail", c_char_p, [])
-        self._proto("kdajit_runtime_options_init", None, [POINTER(RuntimeOptions)])
+        self._proto("kdajit_runtime_options_init", None, [POINTER(RuntimeOptions), c_size_t])
         self._proto("kdajit_runtime_create", c_int, [POINTER(RuntimeOptions), POINTER(c_void_p)])
         self._proto("kdajit_runtime_destroy", None, [c_void_p])
-        self._proto("kdajit_decode_args_init", None, [POINTER(DecodeArgs)])
+        self._proto("kdajit_decode_args_init", None, [POINTER(DecodeArgs), c_size_t])
         # The decode entry points take the packed struct as bytes (c_char_p
         # passes a pointer to the bytes object's buffer; the C side only reads).
         self._proto("kdajit_single_decode", c_int, [c_void_p, c_char_p, c_void_p])
         self._proto("kdajit_packed_decode", c_int, [c_void_p, c_char_p, c_void_p])
         self._proto("kdajit_validate_args", c_int, [c_int, c_char_p])
         self._proto("kdajit_query_support", c_int, [POINTER(Config), c_char_p, c_size_t])
-        self._proto("kdajit_config_init", None, [POINTER(Config)])
+        self._proto("kdajit_config_init", None, [POINTER(Config), c_size_t])
         self._proto("kdajit_config_key", c_int, [POINTER(Config), c_int64, c_char_p, c_size_t])
         self._proto("kdajit_config_keys", c_int, [POINTER(Config), c_char_p, c_size_t, POINTER(c_size_t)])
         self._proto("kdajit_runtime_prewarm", c_int, [c_void_p, c_char_p, POINTER(c_int32)])
         self._proto("kdajit_selected_key", c_int, [c_void_p, c_int, c_char_p, c_void_p, c_char_p, c_size_t])
         self._proto("kdajit_add_nvrtc_candidate", c_int, [c_char_p])
-        self.version = lib.kdajit_version().decode()
+        self.version = self.kdajit_version().decode()
         self._check_version()
+        self.tables = json.loads(self.kdajit_tables_json().decode())
         self._check_defaults()
         self.nvrtc_candidates = []
         for path in nvrtc_candidates():
-            if lib.kdajit_add_nvrtc_candidate(path.encode()) == OK:
+            if self.kdajit_add_nvrtc_candidate(path.encode()) == OK:
                 self.nvrtc_candidates.append(path)
 
     def _proto(self, name, restype, argtypes):
+        symbol = name + "_v1" if name in SIZED_ENTRY_POINTS else name
         try:
-            fn = getattr(self.lib, name)
+            fn = getattr(self.lib, symbol)
         except AttributeError:
-            raise LibraryNotFound(f"{self.path}: expected the kdajit {ABI_VERSION} C ABI, but {name} is missing") \
+            raise LibraryNotFound(f"{self.path}: expected the kdajit {ABI_VERSION} C ABI, but {symbol} is missing") \
                 from None
         fn.restype = restype
         fn.argtypes = argtypes
+        setattr(self, name, fn)
+
+    def enum(self, name):
+        """{spelling: C value} of one enum of kdajit_tables_json() ("op", "dtype",
+        "state_dtype", "gate", "conv_layout", "indices_mode", "log_level"), in value order."""
+        return dict(sorted(self.tables["enums"][name].items(), key=lambda kv: kv[1]))
 
     def last_error(self, with_detail=False):
         """The calling thread's last message; with_detail adds the detail (a compile's
         options, NVRTC log and failing source line) on the following lines."""
-        msg = (self.lib.kdajit_last_error() or b"").decode(errors="replace")
+        msg = (self.kdajit_last_error() or b"").decode(errors="replace")
         if with_detail:
-            detail = (self.lib.kdajit_last_error_detail() or b"").decode(errors="replace")
+            detail = (self.kdajit_last_error_detail() or b"").decode(errors="replace")
             if detail:
                 msg += "\n" + detail
         return msg
 
     def status_name(self, status):
-        return (self.lib.kdajit_status_string(status) or b"?").decode()
+        return (self.kdajit_status_string(status) or b"?").decode()
 
     def raise_for(self, status, what=None):
         """Raises the exception for status (not OK), with kdajit_last_error()."""
@@ -260,26 +282,28 @@ class Library:
         they prove that the binary's struct layout is the one declared here."""
         o = RuntimeOptions()
         ctypes.memset(byref(o), 0x5A, ctypes.sizeof(o))
-        self.lib.kdajit_runtime_options_init(byref(o))
-        got = (o.cache_dir, o.arch, o.device, o.log_level, o.route, o.use_tuning, o.pdl)
-        want = (None, None, -1, LOG_DEFAULT, None, 1, 0)
+        self.kdajit_runtime_options_init(byref(o), ctypes.sizeof(o))
+        got = (o.struct_size, o.cache_dir, o.arch, o.device, o.log_level, o.route, o.use_tuning, o.pdl)
+        want = (ctypes.sizeof(o), None, None, -1, LOG_DEFAULT, None, 1, 0)
         if got != want:
             raise LibraryNotFound(f"{self.path}: kdajit_runtime_options_init wrote {got} at the ctypes offsets, "
                                   f"expected {want}: struct layout mismatch")
         c = Config()
         ctypes.memset(byref(c), 0x5A, ctypes.sizeof(c))
-        self.lib.kdajit_config_init(byref(c))
-        got = (c.op, c.heads, c.state_dtype, c.conv_layout, c.tokens, c.gate, c.arch, c.device, c.state_indices_mode,
-               c.sm_count)
-        want = (OP_SINGLE, 64, DTYPE_F32, CONV_SD, 1, GATE_BOUNDED, None, -1, INDICES_UNIQUE_OR_NULL, 0)
+        self.kdajit_config_init(byref(c), ctypes.sizeof(c))
+        got = (c.struct_size, c.op, c.heads, c.state_dtype, c.conv_layout, c.tokens, c.gate, c.arch, c.device,
+               c.state_indices_mode, c.sm_count)
+        want = (ctypes.sizeof(c), OP_SINGLE, 64, DTYPE_F32, CONV_SD, 1, GATE_BOUNDED, None, -1,
+                INDICES_UNIQUE_OR_NULL, 0)
         if got != want:
             raise LibraryNotFound(f"{self.path}: kdajit_config_init wrote {got} at the ctypes offsets, "
                                   f"expected {want}: struct layout mismatch")
         a = DecodeArgs()
         ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
-        self.lib.kdajit_decode_args_init(byref(a))
-        got = (a.gate, a.lower_bound, a.norm_eps, a.state_indices_mode, a.oob_counter, a.x.data, a.x.ndim)
-        want = (GATE_BOUNDED, -5.0, c_float(1e-6).value, INDICES_UNIQUE_OR_NULL, None, None, 0)
+        self.kdajit_decode_args_init(byref(a), ctypes.sizeof(a))
+        got = (a.struct_size, a.gate, a.lower_bound, a.norm_eps, a.state_indices_mode, a.oob_counter, a.x.data,
+               a.x.ndim)
+        want = (ctypes.sizeof(a), GATE_BOUNDED, -5.0, c_float(1e-6).value, INDICES_UNIQUE_OR_NULL, None, None, 0)
         if got != want:
             raise LibraryNotFound(f"{self.path}: kdajit_decode_args_init wrote {got} at the ctypes offsets, "
                                   f"expected {want}: struct layout mismatch")
@@ -339,3 +363,29 @@ def library_path():
 
 def version():
     return load().version
+
+
+def enum(name):
+    """{spelling: C value} of one of the library's enums (Library.enum)."""
+    return load().enum(name)
+
+
+def arches():
+    """The arch spellings the library accepts, in its order, and their compute capability."""
+    return {a["name"]: a["compute_capability"] for a in load().tables["arches"]}
+
+
+def arch_for_compute_capability(major, minor):
+    """The arch the runtime and the CLI build for on a device of this compute
+    capability, or None when kdajit has none for it."""
+    return load().tables["arch_for_compute_capability"].get(f"{major}.{minor}")
+
+
+def arch_without_device():
+    """The arch keys are named for when there is no GPU to ask (the CLI's default)."""
+    return load().tables["arch_without_device"]
+
+
+def routes():
+    """{route name: [the ops it serves]}, in the route table's order."""
+    return {r["name"]: r["ops"] for r in load().tables["routes"]}

@@ -4,22 +4,33 @@ import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from ctypes import byref, c_int32, c_size_t, create_string_buffer
+from ctypes import byref, c_int32, c_size_t, create_string_buffer, sizeof
 
 from . import _abi, _runtime
 
-# The spellings accepted for state_dtype besides "f32" / "bf16" (torch dtypes
-# by their str(), so that this module needs no torch).
-_STATE_DTYPES = {"f32": _abi.DTYPE_F32, "bf16": _abi.DTYPE_BF16, "float32": _abi.DTYPE_F32,
-                 "bfloat16": _abi.DTYPE_BF16, "torch.float32": _abi.DTYPE_F32, "torch.bfloat16": _abi.DTYPE_BF16}
+# The spellings state_dtype takes besides the library's ("f32", "bf16"): torch
+# dtypes by their str(), so that this module needs no torch.
+_TORCH_DTYPE_NAMES = {"float32": "f32", "bfloat16": "bf16", "torch.float32": "f32", "torch.bfloat16": "bf16"}
 _KEY_BYTES = 256
 
 
-def _pick(name, value, table):
+def _pick(name, value, table, aliases=None):
+    """The C value of `value` in table ({spelling: value}, from the library);
+    ValueError naming the argument and the spellings otherwise."""
     key = value if isinstance(value, str) else str(value)
+    key = (aliases or {}).get(key, key)
     if key not in table:
-        raise ValueError(f"{name}: expected one of {', '.join(repr(k) for k in table if k)}, got {value!r}")
+        raise ValueError(f"{name}: expected one of {', '.join(repr(k) for k in table)}, got {value!r}")
     return table[key]
+
+
+def _c_int(name, value, expected, lo=_abi.INT32_MIN, hi=_abi.INT32_MAX):
+    """value as the C integer field it fills (int32_t unless lo/hi say otherwise):
+    ValueError naming the argument for a non-int or a value the field cannot
+    hold, which ctypes would otherwise wrap (2**32 + 8 -> 8)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+    return value
 
 
 def _torch_device():
@@ -41,28 +52,29 @@ class _Config:
     def __init__(self, heads, op="single", state_dtype="f32", conv_layout="sd", tokens=None, gate="bounded",
                  arch=None, device=None, state_indices_mode="unique_or_null", sm_count=0):
         lib = _abi.load()
+        limits = lib.tables
         c = _abi.Config()
-        lib.lib.kdajit_config_init(byref(c))
-        c.op = _pick("op", op, _abi.OPS)
-        if isinstance(heads, bool) or not isinstance(heads, int):
-            raise ValueError(f"heads: expected an int in 1..128, got {heads!r}")
-        c.heads = heads
-        c.state_dtype = _pick("state_dtype", state_dtype, _STATE_DTYPES)
-        c.conv_layout = _pick("conv_layout", conv_layout, _abi.CONV_LAYOUTS)
+        lib.kdajit_config_init(byref(c), sizeof(c))
+        c.op = _pick("op", op, lib.enum("op"))
+        c.heads = _c_int("heads", heads, f"an int in 1..{limits['max_heads']}")
+        c.state_dtype = _pick("state_dtype", state_dtype, lib.enum("state_dtype"), _TORCH_DTYPE_NAMES)
+        c.conv_layout = _pick("conv_layout", conv_layout, lib.enum("conv_layout"))
         if tokens is None:
             if c.op == _abi.OP_PACKED:
-                raise ValueError("tokens: expected T (1..16 tokens per sequence) for the packed op, got None")
+                raise ValueError(f"tokens: expected T (1..{limits['max_tokens']} tokens per sequence) for the "
+                                 "packed op, got None")
             tokens = 1
-        c.tokens = tokens
-        c.gate = _pick("gate", gate, _abi.GATES)
+        c.tokens = _c_int("tokens", tokens, f"an int in 1..{limits['max_tokens']} (1 for the single op)")
+        c.gate = _pick("gate", gate, lib.enum("gate"))
+        if arch is not None and not isinstance(arch, (str, bytes)):
+            raise ValueError(f"arch: expected None or one of {', '.join(map(repr, _abi.arches()))}, got {arch!r}")
         self._arch = arch.encode() if isinstance(arch, str) else arch
         c.arch = self._arch
-        c.device = _torch_device() if device is None else device
-        c.state_indices_mode = _pick("state_indices_mode", state_indices_mode, _abi.INDICES_MODES)
-        if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 0:
-            raise ValueError(f"sm_count: expected 0 (the device's or the arch's reference part) or an SM count, "
-                             f"got {sm_count!r}")
-        c.sm_count = sm_count
+        c.device = _c_int("device", _torch_device() if device is None else device,
+                          "None or a CUDA device ordinal", lo=-1)
+        c.state_indices_mode = _pick("state_indices_mode", state_indices_mode, lib.enum("indices_mode"))
+        c.sm_count = _c_int("sm_count", sm_count, "0 (the device's or the arch's reference part) or an SM count",
+                            lo=0)
         self.struct = c
         self.arch_given = arch is not None
 
@@ -93,7 +105,7 @@ def supported(heads, *, op="single", state_dtype="f32", conv_layout="sd", tokens
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device)
     lib = _abi.load()
     reason = create_string_buffer(1024)
-    status = lib.lib.kdajit_query_support(byref(cfg.struct), reason, len(reason))
+    status = lib.kdajit_query_support(byref(cfg.struct), reason, len(reason))
     if status == _abi.OK:
         return Support(True, "")
     if status == _abi.ERROR_INVALID_ARGUMENT:
@@ -103,10 +115,11 @@ def supported(heads, *, op="single", state_dtype="f32", conv_layout="sd", tokens
 
 def _with_default_arch(call, cfg):
     """Runs call(cfg) and, when arch was not given and the device cannot be read
-    (no GPU), again for sm_90: the CLI's default ("the local GPU's, else sm_90")."""
+    (no GPU), again for the library's arch without a device: the CLI's default
+    ("the local GPU's, else sm_90")."""
     status, out = call(cfg)
     if status not in (_abi.OK, _abi.ERROR_INVALID_ARGUMENT, _abi.ERROR_UNSUPPORTED) and not cfg.arch_given:
-        cfg._arch = b"sm_90"
+        cfg._arch = _abi.arch_without_device().encode()
         cfg.struct.arch = cfg._arch
         status, out = call(cfg)
     if status != _abi.OK:
@@ -119,7 +132,9 @@ def key_for(heads, *, rows=1, op="single", state_dtype="f32", conv_layout="sd", 
     """The kernel key name the selector picks for this configuration at `rows`
     rows (single op) or sequences (packed op). arch None: the local GPU's, else sm_90."""
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device, state_indices_mode, sm_count)
-    fn = _abi.load().lib.kdajit_config_key
+    rows = _c_int("rows", rows, "an int in 1..2147483647 (rows, or sequences of the packed op)",
+                  lo=_abi.INT64_MIN, hi=_abi.INT64_MAX)
+    fn = _abi.load().kdajit_config_key
     buf = create_string_buffer(_KEY_BYTES)
 
     def call(c):
@@ -133,7 +148,7 @@ def keys_for(heads, *, op="single", state_dtype="f32", conv_layout="sd", tokens=
     """Every kernel key name the selector can pick for this configuration, at
     any number of rows (what to pre-warm). arch None: the local GPU's, else sm_90."""
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device, state_indices_mode, sm_count)
-    fn = _abi.load().lib.kdajit_config_keys
+    fn = _abi.load().kdajit_config_keys
 
     def call(c):
         needed = c_size_t(0)
@@ -199,7 +214,7 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
     names = sorted(set(names))
     rt = runtime or _runtime.runtime()
     lib = _abi.load()
-    fn = lib.lib.kdajit_runtime_prewarm
+    fn = lib.kdajit_runtime_prewarm
 
     def one(name):
         t0 = time.perf_counter()

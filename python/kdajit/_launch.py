@@ -7,8 +7,8 @@ The hot path is built for host cost (the target: <= 15 us per eager call):
   [1, 1, H, 1] flattened, ...). A miss computes the views (and checks the
   torch-side facts the C ABI cannot see: device placement, dtypes torch has
   and kdajit does not); a hit reuses their bytes;
-- the whole kdajit_decode_args_t is then one struct.pack of the 14 data
-  pointers interleaved with those cached bytes, plus the scalars; the bytes
+- the whole kdajit_decode_args_t is then one struct.pack of struct_size, the
+  14 data pointers interleaved with those cached bytes, and the scalars; the bytes
   object goes straight to the C call (its full validation runs there on every
   call, before anything is launched or written);
 - the stream is torch's current raw stream of x's device.
@@ -58,17 +58,22 @@ _FIELD_TO_ARG = {field: name for name, field, _, _ in PACKED_ARGS}
 # --- The packer: derived from the ctypes layout (_abi), checked against it -----
 
 def _make_packer():
-    """struct.Struct over kdajit_decode_args_t: per tensor field its data pointer
-    ('Q') then the rest of its kdajit_tensor_t as one bytes chunk, then the
-    scalar fields; gaps become pad bytes. Any field not covered fails here."""
+    """struct.Struct over kdajit_decode_args_t: struct_size, then per tensor
+    field its data pointer ('Q') and the rest of its kdajit_tensor_t as one bytes
+    chunk, then the scalar fields; gaps become pad bytes. Any field not covered
+    fails here."""
     DA, T = _abi.DecodeArgs, _abi.Tensor
-    covered = set(_abi.TENSOR_FIELDS) | {name for name, _ in _abi.SCALAR_FIELDS}
+    covered = set(_abi.TENSOR_FIELDS) | {name for name, _ in _abi.HEAD_FIELDS + _abi.SCALAR_FIELDS}
     declared = {name for name, _ in DA._fields_}
     if covered != declared or T._fields_[0][0] != "data" or T.data.offset != 0:
-        raise ImportError("kdajit: the packer expects kdajit_decode_args_t = tensor views (data first) + "
-                          f"{[n for n, _ in _abi.SCALAR_FIELDS]}; the ctypes layout in _abi.py differs")
+        raise ImportError("kdajit: the packer expects kdajit_decode_args_t = struct_size + tensor views (data "
+                          f"first) + {[n for n, _ in _abi.SCALAR_FIELDS]}; the ctypes layout in _abi.py differs")
     chunk = ctypes.sizeof(T) - T.data.size
     fmt, pos = "<", 0
+    for name, code in _abi.HEAD_FIELDS:
+        f = getattr(DA, name)
+        fmt += (f"{f.offset - pos}x" if f.offset > pos else "") + code
+        pos = f.offset + f.size
     for name in _abi.TENSOR_FIELDS:
         off = getattr(DA, name).offset
         fmt += (f"{off - pos}x" if off > pos else "") + f"Q{chunk}s"
@@ -87,6 +92,7 @@ def _make_packer():
 
 _PACKER, _PTR_BYTES = _make_packer()
 _pack = _PACKER.pack
+_ARGS_SIZE = ctypes.sizeof(_abi.DecodeArgs)  # the struct_size every packed call carries
 _EMPTY = bytes(ctypes.sizeof(_abi.Tensor) - _PTR_BYTES)  # an unused view: all zero
 
 
@@ -169,6 +175,8 @@ def _check_torch_side(spec, tensors):
     for (name, _, _, want), t in zip(spec, tensors):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
     x = tensors[0]
     for (name, _, _, want), t in zip(spec, tensors):
         if t.device != x.device:
@@ -199,17 +207,29 @@ def _map(spec, tensors):
 
 
 def _not_tensors(spec, tensors):
-    """A call whose key could not be built: name the argument that is not a tensor."""
+    """A call whose key could not be built: name the argument that is not a
+    tensor, or not a strided one (sparse tensors have no strides)."""
     for (name, _, _, want), t in zip(spec, tensors):
         if not isinstance(t, torch.Tensor):
             return ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
-    return ValueError("expected torch tensors")
+        if t.layout != torch.strided:
+            return ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+    return ValueError("expected strided torch tensors")
 
 
-def _scalar_error(lower_bound, norm_eps, mode):
+def _mode_of(state_indices_mode):
+    """The kdajit_indices_mode_t of a mode name; -1 for anything else (unhashable values included)."""
+    try:
+        return _MODES.get(state_indices_mode, -1)
+    except TypeError:
+        return -1
+
+
+def _scalar_error(lower_bound, norm_eps, mode, mode_given=None):
     if mode < 0:
-        return ValueError("state_indices_mode: expected 'unique_or_null', 'positive_unique' or "
-                          "'repeated_positive'")
+        names = list(_MODES)
+        return ValueError(f"state_indices_mode: expected {', '.join(map(repr, names[:-1]))} or {names[-1]!r}, "
+                          f"got {mode_given!r}")
     for name, v in (("lower_bound", lower_bound), ("norm_eps", norm_eps)):
         try:
             struct.pack("<f", 0.0 if v is None else v)
@@ -220,7 +240,7 @@ def _scalar_error(lower_bound, norm_eps, mode):
 
 # --- The C calls ---------------------------------------------------------------
 
-_MODES = _abi.INDICES_MODES
+_MODES = {}  # the library's indices_mode spellings, filled by _bind()
 _CACHE_LIMIT = 4096
 _cache_single = {}
 _cache_packed = {}
@@ -240,6 +260,7 @@ def _clear_caches():
     _last_single = _last_packed = (None, None)
     if _hot_module is not None:
         _hot_module.clear()
+
 
 _c = None  # (kdajit_single_decode, kdajit_packed_decode, kdajit_validate_args), bound on first use
 
@@ -286,8 +307,8 @@ def _load_hotpath(lib):
         return off(f"built for a kdajit_decode_args_t of {mod.args_size} bytes, this package's is "
                    f"{ctypes.sizeof(_abi.DecodeArgs)}", path)
     cuda = hasattr(torch._C, "_cuda_getCurrentRawStream") and hasattr(torch._C, "_cuda_getDevice")
-    mod.bind(ctypes.cast(lib.lib.kdajit_single_decode, ctypes.c_void_p).value,
-             ctypes.cast(lib.lib.kdajit_packed_decode, ctypes.c_void_p).value,
+    mod.bind(ctypes.cast(lib.kdajit_single_decode, ctypes.c_void_p).value,
+             ctypes.cast(lib.kdajit_packed_decode, ctypes.c_void_p).value,
              torch._C._cuda_getCurrentRawStream if cuda else None, torch._C._cuda_getDevice if cuda else None)
     return mod, {"enabled": True, "path": path, "reason": f"loaded, built for torch {mod.torch_version}"}
 
@@ -303,10 +324,11 @@ def hotpath_info():
 def _bind():
     global _c, _hot, _hot_remember, _hot_module, _hot_info
     lib = _abi.load()
+    _MODES.update(lib.enum("indices_mode"))
     mod, _hot_info = _load_hotpath(lib)
     if mod is not None:
         _hot_module, _hot, _hot_remember = mod, mod.launch, mod.remember
-    _c = (lib.lib.kdajit_single_decode, lib.lib.kdajit_packed_decode, lib.lib.kdajit_validate_args)
+    _c = (lib.kdajit_single_decode, lib.kdajit_packed_decode, lib.kdajit_validate_args)
     return _c
 
 
@@ -389,7 +411,7 @@ def _dry(op_code, op, args, mapping, what):
         lib = _abi.load()
         stream = _raw_stream(mapping.device) if mapping.device >= 0 else 0
         buf = ctypes.create_string_buffer(256)
-        status = lib.lib.kdajit_selected_key(_handle(), op_code, args, stream, buf, len(buf))
+        status = lib.kdajit_selected_key(_handle(), op_code, args, stream, buf, len(buf))
         if status:
             raise _fail(status, op, mapping)
         return buf.value.decode()
@@ -416,7 +438,7 @@ def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
                output_gate.shape, output_gate.stride(), output_gate.dtype, output_gate.get_device(),
                norm_weight.shape, norm_weight.stride(), norm_weight.dtype, norm_weight.get_device(),
                output.shape, output.stride(), output.dtype, output.get_device())
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):
         raise _not_tensors(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
                                          state, output_gate, norm_weight, output)) from None
     last_key, m = _last_single
@@ -430,18 +452,21 @@ def _single_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
             _cache_single[key] = m
         _last_single = (key, m)
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 = m.chunks
-    mode = _MODES.get(state_indices_mode, -1)
+    mode = _mode_of(state_indices_mode)
     try:
         if mode < 0:
             raise ValueError
-        args = _pack(x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
+        args = _pack(_ARGS_SIZE, x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
                      raw_beta.data_ptr(), c4, A_log.data_ptr(), c5, dt_bias.data_ptr(), c6,
                      state_indices.data_ptr(), c7, state.data_ptr(), c8, output_gate.data_ptr(), c9,
                      norm_weight.data_ptr(), c10, output.data_ptr(), c11, 0, c12, 0, c13,
                      _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
                      0.0 if lower_bound is None else lower_bound, norm_eps, mode, 0)
+    except RuntimeError:  # data_ptr() of a tensor without storage (sparse)
+        raise _not_tensors(SINGLE_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output)) from None
     except (ValueError, struct.error, TypeError, OverflowError):
-        raise _scalar_error(lower_bound, norm_eps, mode) from None
+        raise _scalar_error(lower_bound, norm_eps, mode, state_indices_mode) from None
     return m, args
 
 
@@ -450,8 +475,10 @@ def single_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
     """The single op on given tensors (output allocated by the caller). dry=True: validate
     in the C library instead of launching and return the kdajit_decode_args_t bytes;
     dry="key": return the kernel key name the call would launch (nothing launched)."""
+    if _c is None:
+        _bind()
     if _hot is not None and not dry:
-        status = _hot(0, _handle(), lower_bound, norm_eps, _MODES.get(state_indices_mode, -1), x, weight,
+        status = _hot(0, _handle(), lower_bound, norm_eps, _mode_of(state_indices_mode), x, weight,
                       conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight,
                       output)
         if status == 0:
@@ -495,7 +522,7 @@ def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
                query_start_loc.shape, query_start_loc.stride(), query_start_loc.dtype, query_start_loc.get_device(),
                num_accepted_tokens.shape, num_accepted_tokens.stride(), num_accepted_tokens.dtype,
                num_accepted_tokens.get_device())
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):
         raise _not_tensors(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
                                          state, output_gate, norm_weight, output, query_start_loc,
                                          num_accepted_tokens)) from None
@@ -511,13 +538,17 @@ def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
         _last_packed = (key, m)
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 = m.chunks
     try:
-        args = _pack(x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
+        args = _pack(_ARGS_SIZE, x.data_ptr(), c0, weight.data_ptr(), c1, conv_state.data_ptr(), c2, raw_gate.data_ptr(), c3,
                      raw_beta.data_ptr(), c4, A_log.data_ptr(), c5, dt_bias.data_ptr(), c6,
                      state_indices.data_ptr(), c7, state.data_ptr(), c8, output_gate.data_ptr(), c9,
                      norm_weight.data_ptr(), c10, output.data_ptr(), c11, query_start_loc.data_ptr(), c12,
                      num_accepted_tokens.data_ptr(), c13,
                      _abi.GATE_SOFTPLUS if lower_bound is None else _abi.GATE_BOUNDED,
                      0.0 if lower_bound is None else lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, 0)
+    except RuntimeError:  # data_ptr() of a tensor without storage (sparse)
+        raise _not_tensors(PACKED_ARGS, (x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                                         state, output_gate, norm_weight, output, query_start_loc,
+                                         num_accepted_tokens)) from None
     except (struct.error, TypeError, OverflowError):
         raise _scalar_error(lower_bound, norm_eps, 0) from None
     return m, args
@@ -526,6 +557,8 @@ def _packed_args(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, stat
 def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                 norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens, dry=False):
     """The packed op on given tensors; see single_impl."""
+    if _c is None:
+        _bind()
     if _hot is not None and not dry:
         status = _hot(1, _handle(), lower_bound, norm_eps, _abi.INDICES_UNIQUE_OR_NULL, x, weight, conv_state,
                       raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight, output,
@@ -553,10 +586,33 @@ def packed_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state
     return None
 
 
-def new_output(x, A_log):
-    """FlashInfer's output: [1, R, H, 128] bf16 on x's device."""
+def _extent(t):
+    """Elements between t's first and last element, both included (0 when empty)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+
+
+def new_output(x, A_log, validate):
+    """FlashInfer's output: [1, R, H, 128] bf16 on x's device, allocated only
+    when x spans at least as many elements as it (a valid x spans 3*H*128 per
+    row). Otherwise x, or A_log's H, breaks the contract: validate(stand_in), the
+    call's validation with a small stand-in output, raises the ValueError
+    naming it, before anything is allocated. validate None (a traced call, whose
+    tensors hold no memory): allocated as it is."""
     for name, t in (("x", x), ("A_log", A_log)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor, got layout {t.layout}")
     rows = x.shape[-2] if x.dim() >= 2 else 0
-    return torch.empty((1, rows, A_log.numel(), D), dtype=torch.bfloat16, device=x.device)
+    heads = A_log.numel()
+    if validate is None or rows * heads * D <= _extent(x):
+        return torch.empty((1, rows, heads, D), dtype=torch.bfloat16, device=x.device)
+    try:
+        validate(torch.empty((1, 1, 1, D), dtype=torch.bfloat16, device=x.device))
+    except ValueError as e:
+        if not str(e).startswith("output"):  # the stand-in's own mismatch is no news
+            raise
+    raise ValueError(f"x: expected R rows of 3*H*128 elements (H = {heads} from A_log), which the output of "
+                     f"[1, R, H, 128] needs, got shape {_fmt(x.shape, '[', ']')} strides {_fmt(x.stride(), '(', ')')}")

@@ -88,9 +88,12 @@ def fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, 
     as [1, R, H, 128] bf16 when None. Contract violations raise ValueError,
     unsupported configurations NotImplementedError, before anything is written.
     """
+    traced = _fused_op is not None and (type(x) is not _Tensor or _is_compiling())
     if output is None:
-        output = _launch.new_output(x, A_log)
-    if _fused_op is not None and (type(x) is not _Tensor or _is_compiling()):
+        output = _launch.new_output(x, A_log, None if traced else lambda stand_in: _launch.single_impl(
+            x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight,
+            lower_bound, norm_eps, stand_in, state_indices_mode, dry=True))
+    if traced:
         _fused_op(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                   norm_weight, lower_bound, norm_eps, output, state_indices_mode)
     else:
@@ -110,9 +113,12 @@ def packed_fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt
     (accepted tokens of the previous window). Returns output ([1, R, H, 128]
     bf16 when None).
     """
+    traced = _packed_op is not None and (type(x) is not _Tensor or _is_compiling())
     if output is None:
-        output = _launch.new_output(x, A_log)
-    if _packed_op is not None and (type(x) is not _Tensor or _is_compiling()):
+        output = _launch.new_output(x, A_log, None if traced else lambda stand_in: _launch.packed_impl(
+            x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate, norm_weight,
+            lower_bound, norm_eps, stand_in, query_start_loc, num_accepted_tokens, dry=True))
+    if traced:
         _packed_op(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                    norm_weight, lower_bound, norm_eps, output, query_start_loc, num_accepted_tokens)
     else:
@@ -132,9 +138,11 @@ def _bound(op, args, kwargs):
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     a = dict(bound.arguments)
+    impl = _launch.single_impl if name == "fused_kda_decode" else _launch.packed_impl
     if a["output"] is None:
-        a["output"] = _launch.new_output(a["x"], a["A_log"])
-    return (_launch.single_impl if name == "fused_kda_decode" else _launch.packed_impl), a
+        a["output"] = _launch.new_output(a["x"], a["A_log"], lambda stand_in: impl(**{**a, "output": stand_in},
+                                                                                    dry=True))
+    return impl, a
 
 
 def dry_run(op, *args, **kwargs):

@@ -1,7 +1,7 @@
 """The kdajit runtime handle: one per process, created on first use."""
 import threading
 import weakref
-from ctypes import byref, c_void_p
+from ctypes import byref, c_void_p, sizeof
 
 from . import _abi
 
@@ -30,9 +30,10 @@ class Runtime:
     def __init__(self, cache_dir=None, arch=None, device=-1, log_level=None, route=None, use_tuning=True,
                  pdl=False):
         lib = _abi.load()
-        if log_level not in _abi.LOG_LEVELS:
-            raise ValueError(f"log_level: expected None, 'quiet', 'info' or 'debug', got {log_level!r}")
-        if not isinstance(device, int) or device < -1:
+        log_levels = {None: _abi.LOG_DEFAULT, **lib.enum("log_level")}
+        if not isinstance(log_level, (str, type(None))) or log_level not in log_levels:
+            raise ValueError(f"log_level: expected one of {', '.join(map(repr, log_levels))}, got {log_level!r}")
+        if isinstance(device, bool) or not isinstance(device, int) or not -1 <= device <= _abi.INT32_MAX:
             raise ValueError(f"device: expected -1 or a CUDA device ordinal, got {device!r}")
         for name, flag in (("use_tuning", use_tuning), ("pdl", pdl)):
             if not isinstance(flag, bool):
@@ -40,21 +41,21 @@ class Runtime:
         self.options = {"cache_dir": cache_dir, "arch": arch, "device": device, "log_level": log_level,
                         "route": route, "use_tuning": use_tuning, "pdl": pdl}
         opts = _abi.RuntimeOptions()
-        lib.lib.kdajit_runtime_options_init(byref(opts))
+        lib.kdajit_runtime_options_init(byref(opts), sizeof(opts))
         # ctypes keeps no reference to the bytes behind a c_char_p field.
         self._keep = (_encode(cache_dir, "cache_dir"), _encode(arch, "arch"), _encode(route, "route"))
         opts.cache_dir, opts.arch, opts.route = self._keep
         opts.device = device
-        opts.log_level = _abi.LOG_LEVELS[log_level]
+        opts.log_level = log_levels[log_level]
         opts.use_tuning = int(use_tuning)
         opts.pdl = int(pdl)
         handle = c_void_p()
-        status = lib.lib.kdajit_runtime_create(byref(opts), byref(handle))
+        status = lib.kdajit_runtime_create(byref(opts), byref(handle))
         if status != _abi.OK:
             lib.raise_for(status, "kdajit_runtime_create")
         self._lib = lib
         self.handle = handle.value  # an int: what the decode entry points take
-        self._finalizer = weakref.finalize(self, lib.lib.kdajit_runtime_destroy, handle.value)
+        self._finalizer = weakref.finalize(self, lib.kdajit_runtime_destroy, handle.value)
 
     def close(self):
         """Destroys the runtime now (kernels stay loaded in their CUDA contexts)."""

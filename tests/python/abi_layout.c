@@ -21,6 +21,7 @@ int main(void) {
   FIELD(kdajit_tensor_t, strides);
 
   STRUCT(kdajit_decode_args_t);
+  FIELD(kdajit_decode_args_t, struct_size);
   FIELD(kdajit_decode_args_t, x);
   FIELD(kdajit_decode_args_t, conv_weight);
   FIELD(kdajit_decode_args_t, conv_state);
@@ -42,6 +43,7 @@ int main(void) {
   FIELD(kdajit_decode_args_t, oob_counter);
 
   STRUCT(kdajit_runtime_options_t);
+  FIELD(kdajit_runtime_options_t, struct_size);
   FIELD(kdajit_runtime_options_t, cache_dir);
   FIELD(kdajit_runtime_options_t, arch);
   FIELD(kdajit_runtime_options_t, device);
@@ -51,6 +53,7 @@ int main(void) {
   FIELD(kdajit_runtime_options_t, pdl);
 
   STRUCT(kdajit_config_t);
+  FIELD(kdajit_config_t, struct_size);
   FIELD(kdajit_config_t, op);
   FIELD(kdajit_config_t, heads);
   FIELD(kdajit_config_t, state_dtype);

@@ -123,11 +123,11 @@ class Op:
         """The arguments of _launch._pack for this call, rebuilt from the cached mapping."""
         m = self.cache[self.key_fn(*self.tensors)]
         ptrs = list(self.ptr_fn(*self.tensors)) + [0] * (len(_abi.TENSOR_FIELDS) - len(self.names))
-        args = []
+        args = [_launch._ARGS_SIZE]
         for ptr, chunk in zip(ptrs, m.chunks):
             args += [ptr, chunk]
         lb, eps = self.kw["lower_bound"], self.kw["norm_eps"]
-        mode = _abi.INDICES_MODES[self.kw["state_indices_mode"]] if self.op == "single" else 0
+        mode = _abi.enum("indices_mode")[self.kw["state_indices_mode"]] if self.op == "single" else 0
         args += [_abi.GATE_SOFTPLUS if lb is None else _abi.GATE_BOUNDED, 0.0 if lb is None else lb, eps, mode, 0]
         return args, m
 

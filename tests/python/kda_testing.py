@@ -285,7 +285,7 @@ def reference_call(op, **kwargs):
     from kdajit import _abi
 
     fn = kdajit.fused_kda_decode if op == "single" else kdajit.packed_fused_kda_decode
-    run_reference(_abi.OPS[op], kdajit.dry_run(fn, **kwargs))
+    run_reference(_abi.enum("op")[op], kdajit.dry_run(fn, **kwargs))
 
 
 def reference(p):

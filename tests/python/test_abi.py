@@ -1,6 +1,7 @@
 """The ctypes mirror of the C ABI (python/kdajit/_abi.py) against the C compiler
 and the header: struct sizes and offsets, enum values, versions, the packer."""
 import ctypes
+import json
 import os
 import re
 import struct
@@ -62,7 +63,8 @@ class Layout(unittest.TestCase):
             values += [0x1000 + i, bytes(t)[_launch._PTR_BYTES:]]
             self.assertEqual(len(values[-1]), chunk)
         values += [1, -2.5, 0.25, 2, 0xABCDEF]
-        a = _abi.DecodeArgs.from_buffer_copy(_launch._PACKER.pack(*values))
+        a = _abi.DecodeArgs.from_buffer_copy(_launch._PACKER.pack(0x5151, *values))
+        self.assertEqual(a.struct_size, 0x5151)
         for i, name in enumerate(_abi.TENSOR_FIELDS):
             t = getattr(a, name)
             self.assertEqual((t.data, t.dtype, t.ndim), (0x1000 + i, i % 3, (i % 4) + 1), name)
@@ -112,15 +114,52 @@ class Statuses(unittest.TestCase):
         # offsets; a shifted struct would have failed the load.
         lib = _abi.load()
         a = _abi.DecodeArgs()
-        lib.lib.kdajit_decode_args_init(ctypes.byref(a))
-        self.assertEqual((a.gate, a.lower_bound, a.state_indices_mode), (_abi.GATE_BOUNDED, -5.0, 0))
+        lib.kdajit_decode_args_init(ctypes.byref(a), ctypes.sizeof(a))
+        self.assertEqual((a.struct_size, a.gate, a.lower_bound, a.state_indices_mode),
+                         (ctypes.sizeof(a), _abi.GATE_BOUNDED, -5.0, 0))
         self.assertEqual(struct.unpack("<f", struct.pack("<f", a.norm_eps))[0], ctypes.c_float(1e-6).value)
         o = _abi.RuntimeOptions()
-        lib.lib.kdajit_runtime_options_init(ctypes.byref(o))
-        self.assertEqual((o.route, o.use_tuning, o.pdl), (None, 1, 0))
+        lib.kdajit_runtime_options_init(ctypes.byref(o), ctypes.sizeof(o))
+        self.assertEqual((o.struct_size, o.route, o.use_tuning, o.pdl), (ctypes.sizeof(o), None, 1, 0))
         c = _abi.Config()
-        lib.lib.kdajit_config_init(ctypes.byref(c))
-        self.assertEqual((c.heads, c.tokens, c.device, c.sm_count), (64, 1, -1, 0))
+        lib.kdajit_config_init(ctypes.byref(c), ctypes.sizeof(c))
+        self.assertEqual((c.struct_size, c.heads, c.tokens, c.device, c.sm_count), (ctypes.sizeof(c), 64, 1, -1, 0))
+
+    def test_sized_entry_points_are_the_v1_exports(self):
+        # The plain symbols take the 0.1.0 structs (no struct_size): the package never calls them.
+        lib = _abi.load()
+        for name in _abi.SIZED_ENTRY_POINTS:
+            bound = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+            self.assertEqual(bound, ctypes.cast(getattr(lib.lib, name + "_v1"), ctypes.c_void_p).value, name)
+            self.assertNotEqual(bound, ctypes.cast(getattr(lib.lib, name), ctypes.c_void_p).value, name)
+
+
+class Tables(unittest.TestCase):
+    """The spellings come from the library (kdajit_tables_json), not from this package."""
+
+    def test_spellings_map_onto_the_header_numbers(self):
+        lib = _abi.load()
+        self.assertEqual(lib.enum("op"), {"single": _abi.OP_SINGLE, "packed": _abi.OP_PACKED})
+        self.assertEqual(lib.enum("dtype"), {"f32": _abi.DTYPE_F32, "bf16": _abi.DTYPE_BF16,
+                                             "int32": _abi.DTYPE_INT32})
+        self.assertEqual(lib.enum("gate"), {"bounded": _abi.GATE_BOUNDED, "softplus": _abi.GATE_SOFTPLUS})
+        self.assertEqual(lib.enum("conv_layout"), {"sd": _abi.CONV_SD, "ds": _abi.CONV_DS})
+        self.assertEqual(list(lib.enum("indices_mode")), ["unique_or_null", "positive_unique", "repeated_positive"])
+        self.assertEqual(lib.enum("log_level"), {"quiet": _abi.LOG_QUIET, "info": _abi.LOG_INFO,
+                                                 "debug": _abi.LOG_DEBUG})
+
+    def test_arches_and_routes_agree_with_the_cli(self):
+        cli = os.environ.get("KDAJIT_CLI")
+        if not cli:
+            raise unittest.SkipTest("KDAJIT_CLI (the kdajit CLI CMake builds) is not set")
+        routes = json.loads(subprocess.run([cli, "routes", "--json"], check=True, capture_output=True,
+                                           text=True).stdout)
+        self.assertEqual(_abi.routes(), {r["name"]: r["ops"] for r in routes})
+        self.assertEqual(list(_abi.arches()), ["sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120a"])
+        self.assertEqual(_abi.arch_for_compute_capability(9, 0), "sm_90")
+        self.assertEqual(_abi.arch_for_compute_capability(10, 3), "sm_103a")
+        self.assertIsNone(_abi.arch_for_compute_capability(8, 9))
+        self.assertEqual(_abi.arch_without_device(), "sm_90")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,32 @@ class Supported(unittest.TestCase):
                 fn(**kwargs)
             self.assertIn(phrase, str(cm.exception))
 
+    def test_integers_the_c_fields_cannot_hold_raise(self):
+        # ctypes would wrap them into int32 (2**32 + 8 -> 8): each is named instead.
+        for kwargs, name in ((dict(heads=2**32 + 8), "heads"), (dict(heads=-2**31 - 1), "heads"),
+                             (dict(heads=8, op="packed", tokens=2**32 + 4), "tokens"),
+                             (dict(heads=8, sm_count=2**32 + 132), "sm_count"),
+                             (dict(heads=8, device=2**32), "device"), (dict(heads=8, rows=2**64 + 1), "rows"),
+                             (dict(heads=8, rows=1.5), "rows")):
+            kwargs.setdefault("arch", "sm_90")
+            with self.assertRaises(ValueError, msg=str(kwargs)) as cm:
+                kdajit.key_for(**kwargs)
+            self.assertTrue(str(cm.exception).startswith(f"{name}: expected"), str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            kdajit.prewarm(heads=2**32 + 8, arch="sm_90")  # before any compile
+        self.assertTrue(str(cm.exception).startswith("heads: expected an int in 1..128"), str(cm.exception))
+
+    def test_messages_escape_control_bytes(self):
+        with self.assertRaises(ValueError) as cm:
+            kdajit.key_for(8, arch="sm_\x1b[31m90")
+        msg = str(cm.exception)
+        self.assertNotIn("\x1b", msg)
+        self.assertIn("sm_\\x1b[31m90", msg)
+        with self.assertRaises(ValueError) as cm:
+            kdajit.supported(8, arch="sm_9\x07")
+        self.assertNotIn("\x07", str(cm.exception))
+        self.assertIn("sm_9\\x07", str(cm.exception))
+
     def test_arch_of_the_device_without_a_gpu(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device is present (the GPU tests cover arch=None)")
@@ -176,10 +202,18 @@ class Prewarm(unittest.TestCase):
 
 class RuntimeOptions(unittest.TestCase):
     def test_bad_options_raise_value_error(self):
-        for kwargs in (dict(log_level="loud"), dict(device=-2), dict(arch="banana"), dict(cache_dir=""),
-                       dict(use_tuning=2), dict(pdl="yes"), dict(route="")):
+        for kwargs in (dict(log_level="loud"), dict(log_level=[]), dict(device=-2), dict(device=2**32),
+                       dict(arch="banana"), dict(cache_dir=""), dict(use_tuning=2), dict(pdl="yes"), dict(route="")):
             with self.assertRaises(ValueError, msg=str(kwargs)):
                 kdajit.Runtime(**kwargs)
+
+    def test_cache_dir_follows_the_rule_of_kdajit_cache_dir(self):
+        # An empty layer is an error, as in KDAJIT_CACHE_DIR, not a memory-only cache.
+        for bad in ("L1::L2", ":", "L1:"):
+            with self.assertRaises(ValueError, msg=bad) as cm:
+                kdajit.Runtime(cache_dir=bad, log_level="quiet")
+            self.assertTrue(str(cm.exception).startswith("options.cache_dir: expected a directory or a ':'-separated "
+                                                         "list of directories"), str(cm.exception))
 
     def test_a_runtime_with_an_arch_and_a_cache_dir(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ D = 128
 def storage_bytes(kwargs):
     """Every byte of the storage of every host tensor argument (NaN-safe, padding included)."""
     return {k: kt._storage_bytes(v).numpy().tobytes() for k, v in kwargs.items()
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu"}
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.layout == torch.strided}
 
 
 def single(**kw):
@@ -119,6 +119,10 @@ SINGLE_CASES = [
     # devices and non-tensors (torch-side facts the C ABI cannot see)
     ("dt_bias", lambda p: torch.zeros(4 * D, device="meta"), ValueError, "expected a tensor on cpu"),
     ("output_gate", lambda p: None, ValueError, "expected a torch.Tensor"),
+    # layouts without strides
+    ("x", lambda p: p.args["x"].to_sparse(), ValueError, "expected a strided (dense) tensor"),
+    ("A_log", lambda p: p.args["A_log"].to_sparse(), ValueError, "expected a strided (dense) tensor"),
+    ("state", lambda p: p.args["state"].to_sparse(), ValueError, "expected a strided (dense) tensor"),
 ]
 
 SCALAR_CASES = [
@@ -133,6 +137,8 @@ SCALAR_CASES = [
     ("norm_eps", math.inf, "expected a finite value >= 0"),
     ("norm_eps", -1e39, "representable as f32"),
     ("state_indices_mode", "sequential", "expected 'unique_or_null'"),
+    ("state_indices_mode", [], "expected 'unique_or_null'"),
+    ("state_indices_mode", None, "expected 'unique_or_null'"),
 ]
 
 PACKED_CASES = [
@@ -239,6 +245,39 @@ class Violations(unittest.TestCase):
             kdajit.dry_run(kdajit.fused_kda_decode, **p.kwargs(raw_gate=bad))
         self.assertIn("given shape [1, 5, 4, 64]", str(cm.exception))
         self.assertIn("viewed as shape [5, 4, 64]", str(cm.exception))
+
+
+class OutputAllocation(unittest.TestCase):
+    """output=None: the output is allocated only for a call that can be valid."""
+
+    def setUp(self):
+        _launch._allow_host_tensors = True
+
+    def tearDown(self):
+        _launch._allow_host_tensors = False
+
+    def test_an_expanded_x_is_named_before_any_allocation(self):
+        # [2^31 - 1, 1536] with row stride 0: the [1, R, 4, 128] output would take 2 TiB.
+        for make, fn in ((single, kdajit.fused_kda_decode), (packed, kdajit.packed_fused_kda_decode)):
+            p = make()
+            x = p.args["x"][:1].expand(2**31 - 1, -1)
+            for path in ("dry_run", "launch"):
+                with self.assertRaises(ValueError, msg=f"{p.op} {path}") as cm:
+                    if path == "dry_run":
+                        kdajit.dry_run(fn, **p.kwargs(x=x, output=None))
+                    else:
+                        fn(**p.kwargs(x=x, output=None))
+                self.assertTrue(str(cm.exception).startswith("x: expected strides"), str(cm.exception))
+
+    def test_a_huge_A_log_is_named_before_any_allocation(self):
+        p = single()
+        with self.assertRaises(NotImplementedError) as cm:
+            kdajit.fused_kda_decode(**p.kwargs(A_log=torch.zeros(1 << 22), output=None))
+        self.assertTrue(str(cm.exception).startswith("A_log:"), str(cm.exception))
+
+    def test_a_valid_call_gets_its_output(self):
+        p = single()
+        kdajit.dry_run(kdajit.fused_kda_decode, **p.kwargs(output=None))
 
 
 class SelectedKey(unittest.TestCase):

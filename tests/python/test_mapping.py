@@ -24,6 +24,7 @@ def expected_args(p, output=None):
     (what the contract says each argument is), independent of the package's packer."""
     a = _abi.DecodeArgs()
     ctypes.memset(ctypes.byref(a), 0, ctypes.sizeof(a))
+    a.struct_size = ctypes.sizeof(a)
     names = ["x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices", "state",
              "output_gate", "norm_weight", "output"]
     if p.op == "packed":
@@ -40,7 +41,7 @@ def expected_args(p, output=None):
     a.gate = _abi.GATE_SOFTPLUS if p.lower_bound is None else _abi.GATE_BOUNDED
     a.lower_bound = 0.0 if p.lower_bound is None else p.lower_bound
     a.norm_eps = p.norm_eps
-    a.state_indices_mode = _abi.INDICES_MODES[p.mode] if p.op == "single" else 0
+    a.state_indices_mode = _abi.enum("indices_mode")[p.mode] if p.op == "single" else 0
     return bytes(a)
 
 
@@ -81,7 +82,7 @@ def hotpath():
 def hot_args(p, kw):
     """kdajit._hotpath.pack's arguments for a call with keyword arguments kw."""
     names = HOT_ORDER + (("query_start_loc", "num_accepted_tokens") if p.op == "packed" else ())
-    mode = _abi.INDICES_MODES.get(kw.get("state_indices_mode", "unique_or_null"), -1) if p.op == "single" else 0
+    mode = _abi.enum("indices_mode").get(kw.get("state_indices_mode", "unique_or_null"), -1) if p.op == "single" else 0
     return (0 if p.op == "single" else 1, kw["lower_bound"], kw["norm_eps"], mode) + tuple(kw[n] for n in names)
 
 

@@ -19,7 +19,7 @@ class MappingAgainstCanonicalViews(unittest.TestCase):
         before = kt.snapshot(p)
         want_out, want_conv, want_state = kt.reference(before)
         fn = kdajit.fused_kda_decode if p.op == "single" else kdajit.packed_fused_kda_decode
-        kt.run_reference(_abi.OPS[p.op], kdajit.dry_run(fn, **p.kwargs()))
+        kt.run_reference(_abi.enum("op")[p.op], kdajit.dry_run(fn, **p.kwargs()))
         out = p.views["output"]
         self.assertFalse(bool(torch.isnan(out.float()).any()), f"{what}: an output element was not written")
         self.assertTrue(torch.equal(kt.bits(out.contiguous()), kt.bits(want_out.contiguous())), f"{what}: output")

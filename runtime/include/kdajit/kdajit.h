@@ -3,7 +3,18 @@
  * calling thread's message is available from kdajit_last_error().
  * Contract: docs/CONTRACT.md; "§N" below is its section N. Notation: D = 128,
  * H heads, R rows, S slots, N sequences, T tokens per sequence (1 for the
- * single op), K = T + 2 conv taps. Shapes and strides are in elements. */
+ * single op), K = T + 2 conv taps. Shapes and strides are in elements.
+ *
+ * ABI growth (docs/CONTRACT.md §9). Every struct a caller passes by pointer
+ * (kdajit_runtime_options_t, kdajit_decode_args_t, kdajit_config_t) starts
+ * with size_t struct_size, which its *_init sets to sizeof the struct of the
+ * header the caller compiled against. Fields are only ever appended: the
+ * library reads the caller's struct_size bytes, gives every field past them
+ * its default, and answers KDAJIT_ERROR_INVALID_ARGUMENT, naming the struct,
+ * for a size it does not know. kdajit_tensor_t never changes. The entry points
+ * that take these structs are exported with a _v1 suffix, to which the plain
+ * names map (the macros below); the plain symbols serve binaries built against
+ * the 0.1.0 header, whose structs have no struct_size. */
 #ifndef KDAJIT_KDAJIT_H
 #define KDAJIT_KDAJIT_H
 
@@ -101,6 +112,8 @@ typedef struct kdajit_tensor {
  * validates them (they may stay empty). "row >= n" / "slot >= n": a free stride
  * of at least n. Initialise with kdajit_decode_args_init(). */
 typedef struct kdajit_decode_args {
+  /* sizeof(kdajit_decode_args_t) of the caller's header: kdajit_decode_args_init sets it. */
+  size_t struct_size;
   /* [R, 3*H*128] bf16, strides (row >= 3*H*128, 1). Defines R (1..2^31-1).
    * q, k, v projections before the conv: channel j*H*128 + h*128 + d with
    * j = 0 q, 1 k, 2 v (§1.1, §2 step 1). */
@@ -180,6 +193,8 @@ typedef enum kdajit_log_level {
 /* Options of kdajit_runtime_create; kdajit_runtime_options_init() sets the
  * defaults (all NULL, device -1, log level default, use_tuning 1, pdl 0). */
 typedef struct kdajit_runtime_options {
+  /* sizeof(kdajit_runtime_options_t) of the caller's header: kdajit_runtime_options_init sets it. */
+  size_t struct_size;
   const char* cache_dir; /* NULL: KDAJIT_CACHE_DIR, $XDG_CACHE_HOME/kdajit, ~/.cache/kdajit */
   const char* arch;      /* NULL: from the device; else e.g. "sm_90a" */
   /* -1: every call launches in its stream's context (for the null stream, the
@@ -202,6 +217,8 @@ typedef struct kdajit_runtime_options {
 /* A configuration for the static support query: the key fields of §5 that a
  * call would carry, minus the route (chosen by kdajit). */
 typedef struct kdajit_config {
+  /* sizeof(kdajit_config_t) of the caller's header: kdajit_config_init sets it. */
+  size_t struct_size;
   kdajit_op_t op;
   /* < 1: INVALID_ARGUMENT; > 128: UNSUPPORTED. */
   int32_t heads;           /* 1..128 */
@@ -221,10 +238,39 @@ typedef struct kdajit_config {
   int32_t sm_count;
 } kdajit_config_t;
 
+/* The exported names of the entry points that take the sized structs. The
+ * *_init macros pass sizeof the caller's struct, so that init never writes
+ * past what the caller has. */
+#define kdajit_runtime_options_init(options) kdajit_runtime_options_init_v1((options), sizeof(*(options)))
+#define kdajit_decode_args_init(args) kdajit_decode_args_init_v1((args), sizeof(*(args)))
+#define kdajit_config_init(config) kdajit_config_init_v1((config), sizeof(*(config)))
+#define kdajit_runtime_create kdajit_runtime_create_v1
+#define kdajit_single_decode kdajit_single_decode_v1
+#define kdajit_packed_decode kdajit_packed_decode_v1
+#define kdajit_validate_args kdajit_validate_args_v1
+#define kdajit_query_support kdajit_query_support_v1
+#define kdajit_config_key kdajit_config_key_v1
+#define kdajit_config_keys kdajit_config_keys_v1
+#define kdajit_selected_key kdajit_selected_key_v1
+
 typedef struct kdajit_runtime kdajit_runtime_t;
 typedef struct CUstream_st* kdajit_stream_t; /* a CUstream / cudaStream_t */
 
 KDAJIT_API const char* kdajit_version(void);
+/* The library's tables as one JSON object, built once (NUL-terminated, owned by
+ * the library, valid for the process; NULL only when out of memory):
+ *   "version": kdajit_version();
+ *   "enums": {"op", "dtype", "gate", "conv_layout", "indices_mode",
+ *             "log_level", "status"}: each {spelling: the C enum value};
+ *   "arches": [{"name", "compute_capability"}] (e.g. {"sm_90a", 90}), the
+ *             spellings kdajit_config_t.arch and options.arch accept;
+ *   "arch_for_compute_capability": {"9.0": "sm_90", ...}: the arch the runtime
+ *             and the CLI build for on a device of that compute capability;
+ *   "arch_without_device": the arch of keys named without a GPU ("sm_90");
+ *   "routes": [{"name", "ops": [op spellings]}], as `kdajit routes`;
+ *   "max_heads", "max_tokens": 128 and 16.
+ * The C enum numbers of this header are the ABI; the JSON maps spellings to them. */
+KDAJIT_API const char* kdajit_tables_json(void);
 KDAJIT_API const char* kdajit_status_string(kdajit_status_t status);
 /* The calling thread's message for its last failed call ("" if none). */
 KDAJIT_API const char* kdajit_last_error(void);
@@ -232,14 +278,17 @@ KDAJIT_API const char* kdajit_last_error(void);
  * NVRTC log and the failing source line. */
 KDAJIT_API const char* kdajit_last_error_detail(void);
 
-KDAJIT_API void kdajit_runtime_options_init(kdajit_runtime_options_t* options);
+/* Writes the defaults (struct_size included) into the first struct_size bytes
+ * of options; kdajit_runtime_options_init(options) passes sizeof(*options). */
+KDAJIT_API void kdajit_runtime_options_init_v1(kdajit_runtime_options_t* options, size_t struct_size);
 KDAJIT_API kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* options,
                                                  kdajit_runtime_t** runtime);
 KDAJIT_API void kdajit_runtime_destroy(kdajit_runtime_t* runtime);
 
-/* Zeroes args (every tensor empty), then gate BOUNDED, lower_bound -5,
- * norm_eps 1e-6, state_indices_mode UNIQUE_OR_NULL, oob_counter NULL. */
-KDAJIT_API void kdajit_decode_args_init(kdajit_decode_args_t* args);
+/* Zeroes args (every tensor empty), then sets struct_size, gate BOUNDED,
+ * lower_bound -5, norm_eps 1e-6, state_indices_mode UNIQUE_OR_NULL and
+ * oob_counter NULL: within the first struct_size bytes, as options_init. */
+KDAJIT_API void kdajit_decode_args_init_v1(kdajit_decode_args_t* args, size_t struct_size);
 /* Validate (§6), then launch on stream: one token per row (§2-§3), or up to T
  * tokens per sequence (§4). Never synchronise, allocate or read device memory
  * on the host; a compile needed while the stream captures a graph fails with
@@ -259,8 +308,9 @@ KDAJIT_API kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_dec
 KDAJIT_API kdajit_status_t kdajit_query_support(const kdajit_config_t* config, char* reason, size_t reason_size);
 
 /* Defaults: single, 64 heads, f32, SD, T = 1, bounded, arch NULL, device -1,
- * UNIQUE_OR_NULL, sm_count 0. */
-KDAJIT_API void kdajit_config_init(kdajit_config_t* config);
+ * UNIQUE_OR_NULL, sm_count 0: within the first struct_size bytes, as
+ * options_init. */
+KDAJIT_API void kdajit_config_init_v1(kdajit_config_t* config, size_t struct_size);
 
 /* The kernel key name (e.g. "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.
  * route_rowcta.sm_90") the built-in selector picks for config at `rows` rows

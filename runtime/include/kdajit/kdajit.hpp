@@ -46,9 +46,11 @@ inline TensorView dense_tensor_view(void* data, kdajit_dtype_t dtype, std::initi
 }
 
 // Both ops' arguments: every tensor with shape, dtype and strides (§1), the
-// scalars (§1.4).
+// scalars (§1.4). Start from default_decode_args(), which sets struct_size
+// (§9: the calls below read the struct through it, as the C ABI does).
 using DecodeArgs = kdajit_decode_args_t;
-// The key fields of a call, for query_support (§5).
+// The key fields of a call, for query_support (§5); start from
+// kdajit_config_init(&config).
 using SupportConfig = kdajit_config_t;
 using StreamHandle = kdajit_stream_t;
 
@@ -84,8 +86,8 @@ struct RuntimeOptions {
   bool pdl = false;
 };
 
-// Default-initialised decode arguments (gate bounded, lower_bound -5,
-// norm_eps 1e-6, mode unique_or_null, every tensor empty, no oob_counter; §1.4).
+// Default-initialised decode arguments (struct_size, gate bounded, lower_bound
+// -5, norm_eps 1e-6, mode unique_or_null, every tensor empty, no oob_counter; §1.4).
 KDAJIT_API DecodeArgs default_decode_args();
 
 // One runtime per engine process; thread-safe. Calls take the CUDA stream to

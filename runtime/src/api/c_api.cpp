@@ -1,12 +1,17 @@
 // The C ABI: status codes plus a thread-local message, over the C++ runtime.
 // Every entry point returns a status, whatever happens inside: no exception
-// (std::bad_alloc included) crosses into the caller.
+// (std::bad_alloc included) crosses into the caller. The structs are read
+// through their struct_size (sized_struct.hpp); kdajit_last_error() is one
+// line with the caller's control bytes escaped (escaped_line).
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
 
 #include "kdajit/kdajit_version.h"
+#include "kdajit/printable.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/api/sized_struct.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/runtime/call/support.hpp"
 
@@ -19,8 +24,29 @@ namespace {
 thread_local std::string t_last_error;
 thread_local std::string t_last_detail;
 
+// The message with every control byte, DEL, terminal-active code point and
+// invalid UTF-8 escaped as the CLI prints input (printable()), so that an arch
+// string or a key name with an ESC in it reaches no terminal or log raw.
+// Backslashes stay as they are: the parts of a message that quote input through
+// printable() already carry its escapes, which must not be escaped twice. Not
+// cut short: the messages are kdajit's own, and cut the input they quote.
+std::string escaped_line(const std::string& message) {
+  if (std::all_of(message.begin(), message.end(), [](unsigned char c) { return c >= 0x20 && c < 0x7F; }))
+    return message;  // printable ASCII (and every success: ""): nothing to escape
+  std::string out;
+  out.reserve(message.size());
+  for (size_t start = 0;;) {
+    const size_t slash = message.find('\\', start);
+    const std::string_view piece = std::string_view(message).substr(start, slash - start);
+    out += kdajit::printable(piece, piece.size());
+    if (slash == std::string::npos) return out;
+    out += '\\';
+    start = slash + 1;
+  }
+}
+
 kdajit_status_t finish(const kdajit::Outcome& o) {
-  t_last_error = o.message;
+  t_last_error = escaped_line(o.message);
   t_last_detail = o.detail;
   return o.code;
 }
@@ -65,6 +91,27 @@ kdajit::Outcome copy_out(const std::string& s, char* buf, size_t size, const cha
   return {};
 }
 
+kdajit_runtime_options_t default_options() {
+  kdajit_runtime_options_t o;
+  std::memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.device = -1;
+  o.log_level = KDAJIT_LOG_DEFAULT;
+  o.use_tuning = 1;
+  o.pdl = 0;
+  return o;
+}
+
+// A config read through its struct_size (sized_struct.hpp): *out points at the
+// caller's struct or at `scratch`.
+kdajit::Outcome read_config(const kdajit_config_t* config, kdajit_config_t& scratch, const kdajit_config_t** out) {
+  if (!config) return {KDAJIT_ERROR_INVALID_ARGUMENT, "config: expected a kdajit_config_t, got NULL", {}};
+  auto c = kdajit::read_sized(*config, scratch, kdajit::default_config, kdajit::kConfigStruct);
+  if (!c) return kdajit::to_outcome(std::move(c).error());
+  *out = *c;
+  return {};
+}
+
 kdajit::Outcome decode(kdajit_runtime_t* runtime, kdajit::Op op, const kdajit_decode_args_t* args,
                        kdajit_stream_t stream) {
   if (!runtime)
@@ -88,21 +135,20 @@ const char* kdajit_status_string(kdajit_status_t status) {
 const char* kdajit_last_error(void) { return t_last_error.c_str(); }
 const char* kdajit_last_error_detail(void) { return t_last_detail.c_str(); }
 
-void kdajit_runtime_options_init(kdajit_runtime_options_t* o) {
-  if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->device = -1;
-  o->log_level = KDAJIT_LOG_DEFAULT;
-  o->use_tuning = 1;
-  o->pdl = 0;
+void kdajit_runtime_options_init_v1(kdajit_runtime_options_t* o, size_t struct_size) {
+  kdajit::init_sized(o, struct_size, default_options());
 }
 
-kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* options, kdajit_runtime_t** runtime) {
+kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* given, kdajit_runtime_t** runtime) {
   return guarded([&]() -> kdajit::Outcome {
     if (!runtime) return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a non-null kdajit_runtime_t** to fill", {}};
     *runtime = nullptr;
     kdajit::RuntimeOptions opts;
-    if (options) {
+    if (given) {
+      kdajit_runtime_options_t scratch;
+      auto read = kdajit::read_sized(*given, scratch, default_options, kdajit::kOptionsStruct);
+      if (!read) return kdajit::to_outcome(std::move(read).error());
+      const kdajit_runtime_options_t* options = *read;
       if (options->cache_dir) opts.cache_dir = options->cache_dir;
       if (options->arch) opts.arch = options->arch;
       if (options->route) opts.route = options->route;
@@ -125,13 +171,16 @@ kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* options, k
 
 void kdajit_runtime_destroy(kdajit_runtime_t* runtime) { delete runtime; }
 
-void kdajit_decode_args_init(kdajit_decode_args_t* a) {
-  if (!a) return;
-  std::memset(a, 0, sizeof(*a));
-  a->gate = KDAJIT_GATE_BOUNDED;
-  a->lower_bound = -5.0f;
-  a->norm_eps = 1e-6f;
-  a->state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
+void kdajit_decode_args_init_v1(kdajit_decode_args_t* args, size_t struct_size) {
+  kdajit_decode_args_t a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.gate = KDAJIT_GATE_BOUNDED;
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
+  a.oob_counter = nullptr;
+  kdajit::init_sized(args, struct_size, a);
 }
 
 kdajit_status_t kdajit_single_decode(kdajit_runtime_t* runtime, const kdajit_decode_args_t* args,
@@ -149,16 +198,21 @@ kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t*
     if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_decode_args_t, got NULL", {}};
     auto o = op_of(op);
     if (!o) return kdajit::to_outcome(std::move(o).error());
-    auto r = kdajit::validate_decode(*o, *args);
+    kdajit_decode_args_t scratch;
+    auto a = kdajit::read_sized(*args, scratch, kdajit::default_decode_args, kdajit::kDecodeArgsStruct);
+    if (!a) return kdajit::to_outcome(std::move(a).error());
+    auto r = kdajit::validate_decode(*o, **a);
     return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
   });
 }
 
 kdajit_status_t kdajit_query_support(const kdajit_config_t* config, char* reason, size_t reason_size) {
   return guarded([&] {
-    kdajit::Outcome o = config ? kdajit::to_outcome(kdajit::query_support(*config))
-                               : kdajit::Outcome{KDAJIT_ERROR_INVALID_ARGUMENT,
-                                                 "config: expected a kdajit_config_t, got NULL", {}};
+    kdajit_config_t scratch;
+    const kdajit_config_t* c = nullptr;
+    kdajit::Outcome o = read_config(config, scratch, &c);
+    if (o.ok()) o = kdajit::to_outcome(kdajit::query_support(*c));
+    o.message = escaped_line(o.message);
     if (reason && reason_size > 0) {
       const size_t n = std::min(reason_size - 1, o.message.size());
       std::memcpy(reason, o.message.data(), n);
@@ -168,14 +222,16 @@ kdajit_status_t kdajit_query_support(const kdajit_config_t* config, char* reason
   });
 }
 
-void kdajit_config_init(kdajit_config_t* config) {
-  if (config) *config = kdajit::default_config();
+void kdajit_config_init_v1(kdajit_config_t* config, size_t struct_size) {
+  kdajit::init_sized(config, struct_size, kdajit::default_config());
 }
 
 kdajit_status_t kdajit_config_key(const kdajit_config_t* config, int64_t rows, char* key_name, size_t key_name_size) {
   return guarded([&]() -> kdajit::Outcome {
-    if (!config) return {KDAJIT_ERROR_INVALID_ARGUMENT, "config: expected a kdajit_config_t, got NULL", {}};
-    auto k = kdajit::config_key(*config, rows);
+    kdajit_config_t scratch;
+    const kdajit_config_t* c = nullptr;
+    if (auto o = read_config(config, scratch, &c); !o.ok()) return o;
+    auto k = kdajit::config_key(*c, rows);
     if (!k) return kdajit::to_outcome(std::move(k).error());
     return copy_out(kdajit::key_name(*k), key_name, key_name_size, "key_name");
   });
@@ -183,9 +239,11 @@ kdajit_status_t kdajit_config_key(const kdajit_config_t* config, int64_t rows, c
 
 kdajit_status_t kdajit_config_keys(const kdajit_config_t* config, char* buf, size_t buf_size, size_t* needed) {
   return guarded([&]() -> kdajit::Outcome {
-    if (!config) return {KDAJIT_ERROR_INVALID_ARGUMENT, "config: expected a kdajit_config_t, got NULL", {}};
+    kdajit_config_t scratch;
+    const kdajit_config_t* c = nullptr;
+    if (auto o = read_config(config, scratch, &c); !o.ok()) return o;
     if (!needed) return {KDAJIT_ERROR_INVALID_ARGUMENT, "needed: expected a size_t* to receive the size, got NULL", {}};
-    auto keys = kdajit::config_keys(*config);
+    auto keys = kdajit::config_keys(*c);
     if (!keys) return kdajit::to_outcome(std::move(keys).error());
     std::string text;
     for (const auto& k : *keys) {

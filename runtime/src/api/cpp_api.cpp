@@ -1,8 +1,21 @@
+// The C++ API over Runtime::Impl. The C structs it takes (DecodeArgs,
+// SupportConfig) are read through their struct_size, as the C ABI reads them.
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/api/runtime_impl.hpp"
+#include "kdajit/runtime/api/sized_struct.hpp"
 #include "kdajit/runtime/call/support.hpp"
 
 namespace kdajit {
+
+namespace {
+
+Status decode_sized(Runtime::Impl& impl, Op op, const DecodeArgs& given, StreamHandle stream) {
+  DecodeArgs scratch;
+  KDAJIT_TRY_ASSIGN(const DecodeArgs* args, read_sized(given, scratch, default_decode_args, kDecodeArgsStruct));
+  return impl.decode(op, *args, stream);
+}
+
+}  // namespace
 
 DecodeArgs default_decode_args() {
   DecodeArgs a{};
@@ -24,18 +37,21 @@ Outcome Runtime::create(const RuntimeOptions& options, std::unique_ptr<Runtime>*
 }
 
 Outcome Runtime::single_decode(const DecodeArgs& args, StreamHandle stream) {
-  return to_outcome(impl_->decode(Op::single, args, stream));
+  return to_outcome(decode_sized(*impl_, Op::single, args, stream));
 }
 
 Outcome Runtime::packed_decode(const DecodeArgs& args, StreamHandle stream) {
-  return to_outcome(impl_->decode(Op::packed, args, stream));
+  return to_outcome(decode_sized(*impl_, Op::packed, args, stream));
 }
 
-Outcome Runtime::selected_key(kdajit_op_t op, const DecodeArgs& args, StreamHandle stream, std::string* key_name_out) {
+Outcome Runtime::selected_key(kdajit_op_t op, const DecodeArgs& given, StreamHandle stream, std::string* key_name_out) {
   const int32_t v = enum_value(op);
   if (v != KDAJIT_OP_SINGLE && v != KDAJIT_OP_PACKED)
     return {KDAJIT_ERROR_INVALID_ARGUMENT, "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED, got " + std::to_string(v), {}};
-  auto key = impl_->selected_key(v == KDAJIT_OP_SINGLE ? Op::single : Op::packed, args, stream);
+  DecodeArgs scratch;
+  auto sized = read_sized(given, scratch, default_decode_args, kDecodeArgsStruct);
+  if (!sized) return to_outcome(std::move(sized).error());
+  auto key = impl_->selected_key(v == KDAJIT_OP_SINGLE ? Op::single : Op::packed, **sized, stream);
   if (!key) return to_outcome(std::move(key).error());
   if (key_name_out) *key_name_out = key_name(*key);
   return {};
@@ -54,6 +70,11 @@ Outcome Runtime::prewarm(const std::string& name, bool* compiled) {
   return {};
 }
 
-Outcome Runtime::query_support(const SupportConfig& config) { return to_outcome(kdajit::query_support(config)); }
+Outcome Runtime::query_support(const SupportConfig& given) {
+  SupportConfig scratch;
+  auto config = read_sized(given, scratch, default_config, kConfigStruct);
+  if (!config) return to_outcome(std::move(config).error());
+  return to_outcome(kdajit::query_support(**config));
+}
 
 }  // namespace kdajit

@@ -106,6 +106,8 @@ Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOption
   impl->use_tuning = options.use_tuning;
   impl->id = next_runtime_id.fetch_add(1);
   impl->pdl = options.pdl;
+  // The rule KDAJIT_CACHE_DIR follows: a directory or a ':'-separated list, no empty element.
+  if (!options.cache_dir.empty()) KDAJIT_TRY(split_cache_layers(options.cache_dir, "options.cache_dir"));
   KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
   impl->registry = std::make_unique<KernelRegistry>(impl->cache);
   if (options.device >= 0) {

@@ -148,6 +148,7 @@ Result<std::pair<ValidatedCall, DeviceTraits>> derive(const kdajit_config_t& c, 
 
 kdajit_config_t default_config() {
   kdajit_config_t c{};
+  c.struct_size = sizeof c;
   c.op = KDAJIT_OP_SINGLE;
   c.heads = 64;
   c.state_dtype = KDAJIT_DTYPE_F32;

@@ -16,6 +16,7 @@
 #include "decode_args_builder.hpp"
 #include "kdajit/kdajit.h"
 #include "kdajit/kdajit_version.h"
+#include "kdajit/runtime/api/sized_struct.hpp"
 
 using kdajit::test::build_args;
 using kdajit::test::CallConfig;
@@ -204,6 +205,153 @@ TEST_CASE("c api: a malformed KDAJIT_ARCH fails runtime creation, naming it", "[
   CHECK(rt == nullptr);
   CHECK(last_error().find("KDAJIT_ARCH: expected one of sm_90|sm_90a|sm_100a|sm_103a|sm_120a, got 'sm_89'") !=
         std::string::npos);
+}
+
+// A struct as kdajit.h's *_init sees it: init writes exactly the caller's bytes.
+template <class T, class Init>
+void check_init_stays_in_bounds(Init init, const char* what) {
+  INFO(what);
+  unsigned char buf[sizeof(T) + 64];
+  for (size_t size : {size_t{0}, size_t{4}, sizeof(size_t), sizeof(T) - 8, sizeof(T), sizeof(T) + 16}) {
+    std::memset(buf, 0xA5, sizeof buf);
+    init(reinterpret_cast<T*>(buf), size);
+    size_t last_written = 0;
+    for (size_t i = 0; i < sizeof buf; ++i)
+      if (buf[i] != 0xA5) last_written = i + 1;
+    CHECK(last_written <= size);
+    if (size >= sizeof(size_t)) {
+      size_t got = 0;
+      std::memcpy(&got, buf, sizeof got);
+      CHECK(got == size);
+    }
+  }
+}
+
+TEST_CASE("c api: the *_init functions write struct_size and stay within the caller's size", "[c_api][abi]") {
+  check_init_stays_in_bounds<kdajit_runtime_options_t>(kdajit_runtime_options_init_v1, "options");
+  check_init_stays_in_bounds<kdajit_decode_args_t>(kdajit_decode_args_init_v1, "args");
+  check_init_stays_in_bounds<kdajit_config_t>(kdajit_config_init_v1, "config");
+  kdajit_config_t c;
+  kdajit_config_init(&c);
+  CHECK(c.struct_size == sizeof c);
+  kdajit_decode_args_t a;
+  kdajit_decode_args_init(&a);
+  CHECK(a.struct_size == sizeof a);
+}
+
+TEST_CASE("c api: a struct_size kdajit does not know is INVALID_ARGUMENT naming the struct", "[c_api][abi]") {
+  for (size_t bad : {size_t{0}, sizeof(size_t), sizeof(kdajit_config_t) - 4, sizeof(kdajit_config_t) + 8}) {
+    INFO("struct_size " << bad);
+    kdajit_config_t c;
+    kdajit_config_init(&c);
+    c.arch = "sm_90";
+    c.struct_size = bad;
+    char name[256];
+    CHECK(kdajit_config_key(&c, 1, name, sizeof name) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error().rfind("config.struct_size: expected sizeof(kdajit_config_t) of a kdajit header", 0) == 0);
+    CHECK(kdajit_query_support(&c, nullptr, 0) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    size_t needed = 0;
+    CHECK(kdajit_config_keys(&c, nullptr, 0, &needed) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error().find("config.struct_size") != std::string::npos);
+    if (bad == 0) CHECK(last_error().find("initialise the struct with its *_init function") != std::string::npos);
+    if (bad > sizeof c) CHECK(last_error().find("a header newer than this library") != std::string::npos);
+  }
+  kdajit_decode_args_t a = build_args(CallConfig{}, 0x10000000);
+  REQUIRE(kdajit_validate_args(KDAJIT_OP_SINGLE, &a) == KDAJIT_OK);
+  a.struct_size = sizeof a + 8;
+  CHECK(kdajit_validate_args(KDAJIT_OP_SINGLE, &a) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("args.struct_size: expected sizeof(kdajit_decode_args_t)", 0) == 0);
+  CHECK(kdajit_single_decode(reinterpret_cast<kdajit_runtime_t*>(&a), nullptr, nullptr) ==
+        KDAJIT_ERROR_INVALID_ARGUMENT);  // NULL args: named before the runtime is used
+  kdajit_runtime_options_t o;
+  kdajit_runtime_options_init(&o);
+  o.struct_size = 0;
+  kdajit_runtime_t* rt = nullptr;
+  CHECK(kdajit_runtime_create(&o, &rt) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(rt == nullptr);
+  CHECK(last_error().rfind("options.struct_size: expected sizeof(kdajit_runtime_options_t)", 0) == 0);
+}
+
+// A struct with two header generations: the second appended `extra`.
+struct Grown {
+  size_t struct_size;
+  int32_t first;
+  int32_t pad_;
+  int64_t extra;
+};
+Grown grown_defaults() { return {sizeof(Grown), 1, 0, 42}; }
+
+TEST_CASE("c api: a struct from an older header reads its fields and the defaults past its size", "[c_api][abi]") {
+  static constexpr size_t sizes[] = {offsetof(Grown, extra), sizeof(Grown)};
+  const kdajit::SizedStruct grown{"grown", "Grown", sizes};
+  Grown scratch{};
+  Grown old{};
+  std::memset(&old, 0x7F, sizeof old);  // bytes past the old size are not the caller's: never read
+  old.struct_size = offsetof(Grown, extra);
+  old.first = 7;
+  auto r = kdajit::read_sized(old, scratch, grown_defaults, grown);
+  REQUIRE(r);
+  CHECK(*r == &scratch);
+  CHECK((scratch.struct_size == sizeof(Grown) && scratch.first == 7 && scratch.extra == 42));
+  Grown current = grown_defaults();
+  current.extra = 5;
+  auto same = kdajit::read_sized(current, scratch, grown_defaults, grown);
+  REQUIRE(same);
+  CHECK(*same == &current);  // the caller's own struct, no copy
+  old.struct_size = offsetof(Grown, extra) + 4;
+  auto bad = kdajit::read_sized(old, scratch, grown_defaults, grown);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message ==
+        "grown.struct_size: expected sizeof(Grown) of a kdajit header that kdajit " KDAJIT_VERSION_STRING
+        " knows (16 or 24), got 20");
+}
+
+TEST_CASE("c api: kdajit_last_error escapes the control bytes of the caller's input", "[c_api]") {
+  kdajit_runtime_options_t o;
+  kdajit_runtime_options_init(&o);
+  o.arch = "sm_\x1b[31m90\n";
+  kdajit_runtime_t* rt = nullptr;
+  REQUIRE(kdajit_runtime_create(&o, &rt) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  const std::string msg = last_error();
+  CHECK(msg.find("options.arch: ") == 0);
+  CHECK(msg.find("sm_\\x1b[31m90\\n") != std::string::npos);
+  CHECK(msg.find('\x1b') == std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+  kdajit_config_t c;
+  kdajit_config_init(&c);
+  c.arch = "sm_90\x07";
+  char reason[256];
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) != KDAJIT_OK);
+  CHECK(std::string(reason).find("sm_90\\x07") != std::string::npos);
+  CHECK(std::string(reason).find('\x07') == std::string::npos);
+}
+
+TEST_CASE("c api: options.cache_dir is a cache setting as KDAJIT_CACHE_DIR is", "[c_api]") {
+  for (const char* bad : {"L1::L2", ":", "L1:", ":L2"}) {
+    INFO(bad);
+    kdajit_runtime_options_t o;
+    kdajit_runtime_options_init(&o);
+    o.cache_dir = bad;
+    o.log_level = KDAJIT_LOG_QUIET;
+    kdajit_runtime_t* rt = nullptr;
+    CHECK(kdajit_runtime_create(&o, &rt) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(rt == nullptr);
+    CHECK(last_error().rfind("options.cache_dir: expected a directory or a ':'-separated list of directories", 0) ==
+          0);
+  }
+}
+
+TEST_CASE("c api: kdajit_tables_json is built once and spells the tables", "[c_api]") {
+  // tests/python/test_abi.py reads it in full; here: one object, the same pointer every call.
+  const char* text = kdajit_tables_json();
+  REQUIRE(text != nullptr);
+  CHECK(text == kdajit_tables_json());
+  const std::string j(text);
+  CHECK(j.front() == '{');
+  CHECK(j.find("\"version\":\"" KDAJIT_VERSION_STRING "\"") != std::string::npos);
+  CHECK(j.find("{\"compute_capability\":90,\"name\":\"sm_90a\"}") != std::string::npos);
+  CHECK(j.find("\"9.0\":\"sm_90\"") != std::string::npos);
+  CHECK(j.find("{\"name\":\"sequential\",\"ops\":[\"single\"]}") != std::string::npos);
 }
 
 TEST_CASE("c api: libkdajit.so does not link NVRTC (it is dlopen'ed)", "[c_api]") {

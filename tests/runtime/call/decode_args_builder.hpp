@@ -74,6 +74,7 @@ inline kdajit_decode_args_t build_args(const CallConfig& c, uintptr_t base, size
   Placer p(base);
   kdajit_decode_args_t a;
   std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
   a.x = place(p, bf16, {R, qkv}, {qkv + c.row_pad, 1});
   a.conv_weight = place(p, f32, {3, 4, hidden}, {4 * hidden, hidden, 1});
   const int64_t conv_slot = qkv * K + c.conv_pad;

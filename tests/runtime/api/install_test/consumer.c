@@ -109,7 +109,8 @@ int main(void) {
   EXPECT(version != NULL && strstr(version, version_prefix) != NULL);
   EXPECT(kdajit_status_string(KDAJIT_ERROR_INVALID_ARGUMENT) != NULL);
 
-  memset(&config, 0, sizeof config);
+  kdajit_config_init(&config);
+  EXPECT(config.struct_size == sizeof config);
   config.op = KDAJIT_OP_SINGLE;
   config.heads = 16;
   config.state_dtype = KDAJIT_DTYPE_F32;
