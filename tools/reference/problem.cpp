@@ -204,6 +204,7 @@ Result<Problem> Problem::make(const ProblemSpec& spec) {
 
   const int64_t rp = spec.row_pad, sp = (spec.slot_pad + 7) / 8 * 8;
   kdajit_decode_args_t& a = p.args_;
+  a.struct_size = sizeof a;  // this header's struct: the entry points read it whole
   a.x = make_view(KDAJIT_DTYPE_BF16, {R, qkv}, {qkv + rp, 1});
   a.conv_weight = make_view(KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
   a.conv_state = spec.conv == KDAJIT_CONV_SD ? make_view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K + sp, 1, qkv})
