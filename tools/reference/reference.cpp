@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kdajit/bf16.hpp"
+#include "kdajit/kdajit.hpp"
 #include "kdajit/kernel_key.hpp"
 
 namespace kdajit::ref {
@@ -173,13 +174,18 @@ Result<Geometry> check_args(kdajit_op_t op, const kdajit_decode_args_t& a) {
   return g;
 }
 
-// One unit of work: a packed sequence, or one row of the single op (T = 1).
+// One unit of work: a packed or prefill sequence, or one row of the single op (T = 1).
 struct Seq {
   int64_t row0 = 0, len = 0;
   int64_t accepted = 1;
   int64_t conv_slot = 0, src_slot = 0;
   std::vector<int64_t> ckpt;  // [len]: slot to store the state after token t, or -1
   bool live = false;
+  bool zero_start = false;    // prefill without initial state: zero history and state, nothing read
+  // The conv window (3 history taps, then the L x) is written back from
+  // position conv_first on, conv_count taps: decode ops 1 and L + 2 (old taps
+  // a, a+1, then every x), prefill L and 3 (the newest three).
+  int64_t conv_first = 1, conv_count = 0;
 };
 
 std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a) {
@@ -195,6 +201,7 @@ std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a
       q.conv_slot = q.src_slot = s;
       q.live = valid(s);
       q.ckpt = {q.live ? s : -1};
+      q.conv_count = 3;
     }
     return seqs;
   }
@@ -210,6 +217,7 @@ std::vector<Seq> plan_sequences(const Geometry& g, const kdajit_decode_args_t& a
     q.src_slot = static_cast<int64_t>(load(a.state_indices, {n, q.accepted - 1}));
     q.live = q.len > 0 && q.len <= g.T && q0 >= 0 && q1 <= g.R && valid(q.conv_slot) && valid(q.src_slot);
     if (!q.live) continue;
+    q.conv_count = q.len + 2;
     q.ckpt.resize(static_cast<size_t>(q.len));
     for (int64_t t = 0; t < q.len; ++t) {
       const auto s = static_cast<int64_t>(load(a.state_indices, {n, t}));
@@ -249,13 +257,17 @@ void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q
       for (int64_t d = 0; d < D; ++d) {
         const int64_t c = j * g.hidden + h * D + d, lc = j * D + d;
         for (int64_t w = 0; w < 3; ++w)
-          win_bits[static_cast<size_t>(lc * win_len + w)] = load_bits16(a.conv_state, {q.conv_slot, c, q.accepted - 1 + w});
+          win_bits[static_cast<size_t>(lc * win_len + w)] =
+              q.zero_start ? uint16_t{0} : load_bits16(a.conv_state, {q.conv_slot, c, q.accepted - 1 + w});
         for (int64_t t = 0; t < L; ++t)
           win_bits[static_cast<size_t>(lc * win_len + 3 + t)] = load_bits16(a.x, {q.row0 + t, c});
         for (int64_t w = 0; w < W; ++w) weight[static_cast<size_t>(lc * W + w)] = load(a.conv_weight, {j, w, h * D + d});
       }
     for (size_t i = 0; i < win.size(); ++i) win[i] = bf16_bits_to_f64(win_bits[i]);
-    for (int64_t v = 0; v < D; ++v) load_state_row(a.state, q.src_slot, h, v, S.data() + v * D);
+    if (q.zero_start)
+      std::fill(S.begin(), S.end(), 0.0);
+    else
+      for (int64_t v = 0; v < D; ++v) load_state_row(a.state, q.src_slot, h, v, S.data() + v * D);
     const double A = std::exp(load(a.A_log, {h}));
 
     for (int64_t t = 0; t < L; ++t) {
@@ -330,12 +342,13 @@ void run_sequence(const Geometry& g, const kdajit_decode_args_t& a, const Seq& q
         store(a.output, {r, h, v}, y);
       }
     }
-    // New conv window: old taps a, a+1 at positions 0, 1; the L raw x at 2..L+1.
+    // The new conv window: window positions conv_first.. to taps 0..conv_count-1.
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t d = 0; d < D; ++d) {
         const int64_t c = j * g.hidden + h * D + d, lc = j * D + d;
-        for (int64_t p = 0; p < L + 2; ++p)
-          store_bits16(a.conv_state, {q.conv_slot, c, p}, win_bits[static_cast<size_t>(lc * win_len + 1 + p)]);
+        for (int64_t p = 0; p < q.conv_count; ++p)
+          store_bits16(a.conv_state, {q.conv_slot, c, p},
+                       win_bits[static_cast<size_t>(lc * win_len + q.conv_first + p)]);
       }
   }
 }
@@ -351,6 +364,67 @@ Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture
       for (int64_t v = 0; v < D; ++v) store_bits16(args.output, {r, h, v}, 0);
   for (const Seq& q : plan_sequences(g, args))
     if (q.live) run_sequence(g, args, q, capture);
+  return {};
+}
+
+Status prefill(const PrefillArgs& p, Capture* capture) {
+  // The runner reads the decode ops' fields: the same tensors under the same names.
+  kdajit_decode_args_t a{};
+  a.x = p.x;
+  a.conv_weight = p.conv_weight;
+  a.conv_state = p.conv_state;
+  a.raw_gate = p.raw_gate;
+  a.raw_beta = p.raw_beta;
+  a.A_log = p.A_log;
+  a.dt_bias = p.dt_bias;
+  a.state = p.state;
+  a.output_gate = p.output_gate;
+  a.norm_weight = p.norm_weight;
+  a.output = p.output;
+  a.gate = p.gate;
+  a.lower_bound = p.lower_bound;
+  a.norm_eps = p.norm_eps;
+  // The single op's geometry (R = T_total rows) with this call's K and slots.
+  if (p.conv_state.ndim != 3 || p.conv_state.shape[2] < 3 || p.conv_state.shape[2] > kMaxTokens + 2)
+    return invalid_argument(fmt::format("conv_state: expected bf16 [S, 3*H*128, K] with K in 3..{}, got {}",
+                                        kMaxTokens + 2, shape_string(p.conv_state)));
+  if (p.state_indices.ndim != 1 || p.state_indices.shape[0] < 0)
+    return invalid_argument(fmt::format("state_indices: expected int32 [N], got {}", shape_string(p.state_indices)));
+  const int64_t N = p.state_indices.shape[0];
+  std::vector<int32_t> row_slots(static_cast<size_t>(std::max<int64_t>(p.x.ndim == 2 ? p.x.shape[0] : 0, 0)), 0);
+  a.state_indices = dense_tensor_view(row_slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(row_slots.size())});
+  kdajit_tensor_t conv3 = p.conv_state;
+  conv3.shape[2] = 3;
+  a.conv_state = conv3;
+  KDAJIT_TRY_ASSIGN(Geometry g, check_args(KDAJIT_OP_SINGLE, a));
+  a.conv_state = p.conv_state;
+  g.K = p.conv_state.shape[2];
+  KDAJIT_TRY(check_view(p.state_indices, "state_indices", {KDAJIT_DTYPE_INT32}, {N}));
+  KDAJIT_TRY(check_view(p.query_start_loc, "query_start_loc", {KDAJIT_DTYPE_INT32}, {N + 1}));
+  const bool all_initial = p.has_initial_state.ndim == 1 && p.has_initial_state.shape[0] == 0;
+  if (!all_initial) KDAJIT_TRY(check_view(p.has_initial_state, "has_initial_state", {KDAJIT_DTYPE_INT32}, {N}));
+
+  if (capture) capture->output.assign(static_cast<size_t>(g.R * g.H * D), 0.0);
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t v = 0; v < D; ++v) store_bits16(a.output, {r, h, v}, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    Seq q;
+    const auto q0 = static_cast<int64_t>(load(p.query_start_loc, {n}));
+    const auto q1 = static_cast<int64_t>(load(p.query_start_loc, {n + 1}));
+    const auto s = static_cast<int64_t>(load(p.state_indices, {n}));
+    q.row0 = q0;
+    q.len = q1 - q0;
+    q.conv_slot = q.src_slot = s;
+    q.live = q0 >= 0 && q0 <= q1 && q1 <= g.R && q.len > 0 && s >= 1 && s < g.S;
+    if (!q.live) continue;
+    q.zero_start = !all_initial && load(p.has_initial_state, {n}) == 0.0;
+    q.ckpt.assign(static_cast<size_t>(q.len), -1);
+    q.ckpt.back() = s;
+    q.conv_first = q.len;
+    q.conv_count = 3;
+    run_sequence(g, a, q, capture);
+  }
   return {};
 }
 
@@ -379,7 +453,7 @@ Result<WritePlan> plan_writes(kdajit_op_t op, const kdajit_decode_args_t& args) 
       if (q.ckpt[static_cast<size_t>(t)] >= 0) p.state_written[static_cast<size_t>(q.ckpt[static_cast<size_t>(t)])] = 1;
     }
     auto& taps = p.conv_taps_written[static_cast<size_t>(q.conv_slot)];
-    taps = std::max<int32_t>(taps, static_cast<int32_t>(q.len + 2));
+    taps = std::max<int32_t>(taps, static_cast<int32_t>(q.conv_count));
   }
   return p;
 }

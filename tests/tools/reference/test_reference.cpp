@@ -837,3 +837,178 @@ TEST_CASE("reference: invalid arguments are errors naming the argument", "[refer
 }
 
 }  // namespace
+
+// ---- the prefill op ------------------------------------------------------------
+
+namespace prefill_test {
+
+// A single-op problem of `rows` rows supplies the tensors; the prefill's own
+// metadata (a slot per sequence, query_start_loc, has_initial_state) lives here.
+struct Meta {
+  std::vector<int32_t> slots, qsl, initial;
+};
+
+PrefillArgs prefill_args(const Problem& p, Meta& m) {
+  const kdajit_decode_args_t a = p.args();
+  PrefillArgs f;
+  f.x = a.x;
+  f.conv_weight = a.conv_weight;
+  f.conv_state = a.conv_state;
+  f.raw_gate = a.raw_gate;
+  f.raw_beta = a.raw_beta;
+  f.A_log = a.A_log;
+  f.dt_bias = a.dt_bias;
+  f.state = a.state;
+  f.output_gate = a.output_gate;
+  f.norm_weight = a.norm_weight;
+  f.output = a.output;
+  f.gate = a.gate;
+  f.lower_bound = a.lower_bound;
+  f.norm_eps = a.norm_eps;
+  f.state_indices = kdajit::dense_tensor_view(m.slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.slots.size())});
+  f.query_start_loc = kdajit::dense_tensor_view(m.qsl.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.qsl.size())});
+  f.has_initial_state =
+      kdajit::dense_tensor_view(m.initial.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.initial.size())});
+  return f;
+}
+
+void run_prefill(const Problem& p, Meta& m) {
+  const kdajit::Status s = prefill(prefill_args(p, m));
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s.ok());
+}
+
+// Row r of a row tensor as a one-row view.
+kdajit_tensor_t row_view(kdajit_tensor_t t, int64_t r) {
+  t.data = static_cast<std::byte*>(t.data) + r * t.strides[0] * static_cast<int64_t>(dtype_size(t.dtype));
+  t.shape[0] = 1;
+  return t;
+}
+
+// The single op on row r alone, with slot s.
+void single_step(const Problem& p, int64_t r, int32_t s) {
+  kdajit_decode_args_t a = p.args();
+  for (auto f : {&kdajit_decode_args_t::x, &kdajit_decode_args_t::raw_gate, &kdajit_decode_args_t::raw_beta,
+                 &kdajit_decode_args_t::output_gate, &kdajit_decode_args_t::output})
+    a.*f = row_view(a.*f, r);
+  a.state_indices = kdajit::dense_tensor_view(&s, KDAJIT_DTYPE_INT32, {1});
+  REQUIRE(single_decode(a).ok());
+}
+
+// ||a - b|| / ||b|| over every element of tensor t.
+double rel_diff(const Problem& a, const Problem& b, Tensor t) {
+  const kdajit_tensor_t& v = a.view(t);
+  double d2 = 0, r2 = 0;
+  const int64_t n0 = v.shape[0], n1 = v.shape[1], n2 = v.ndim > 2 ? v.shape[2] : 1, n3 = v.ndim > 3 ? v.shape[3] : 1;
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j)
+      for (int64_t k = 0; k < n2; ++k)
+        for (int64_t l = 0; l < n3; ++l) {
+          const double x = v.ndim == 4 ? load(a.view(t), {i, j, k, l}) : v.ndim == 3 ? load(a.view(t), {i, j, k}) : load(a.view(t), {i, j});
+          const double y = v.ndim == 4 ? load(b.view(t), {i, j, k, l}) : v.ndim == 3 ? load(b.view(t), {i, j, k}) : load(b.view(t), {i, j});
+          d2 += (x - y) * (x - y);
+          r2 += y * y;
+        }
+  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+}
+
+ProblemSpec rows_spec(int heads, int rows, kdajit_dtype_t dtype, uint64_t seed) {
+  ProblemSpec s;
+  s.heads = heads;
+  s.rows = rows;
+  s.state_dtype = dtype;
+  s.num_slots = 0;  // enough for every row, the null slot and spares
+  s.seed = seed;
+  return s;
+}
+
+}  // namespace prefill_test
+
+TEST_CASE("reference: prefill equals the single op token by token", "[reference][prefill]") {
+  using namespace prefill_test;
+  for (auto dtype : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
+    for (auto conv : {KDAJIT_CONV_SD, KDAJIT_CONV_DS}) {
+      ProblemSpec spec = rows_spec(2, 13, dtype, 40 + dtype + 2 * conv);
+      spec.conv = conv;
+      Problem chunked = make_problem(spec);
+      Problem stepwise = chunked;
+      // Two sequences: rows 0..7 on slot 4, rows 8..12 on slot 2.
+      Meta m{{4, 2}, {0, 8, 13}, {1, 1}};
+      run_prefill(chunked, m);
+      for (int64_t r = 0; r < 13; ++r) single_step(stepwise, r, r < 8 ? 4 : 2);
+      INFO("dtype " << dtype << " conv " << conv);
+      CHECK(same_elements(chunked, stepwise, Tensor::conv_state));  // raw x, bit for bit
+      // The single op stores (and rounds) the state after every token; the
+      // prefill carries it unrounded: f32 differs by rounding, bf16 by the
+      // contract's tolerances.
+      const bool bf16 = dtype == KDAJIT_DTYPE_BF16;
+      CHECK(rel_diff(chunked, stepwise, Tensor::state) < (bf16 ? 6e-3 : 1e-6));
+      CHECK(rel_diff(chunked, stepwise, Tensor::output) < (bf16 ? 1e-2 : 1e-4));
+    }
+}
+
+TEST_CASE("reference: a prefill split into two calls equals one call", "[reference][prefill]") {
+  using namespace prefill_test;
+  for (int split : {1, 5, 9}) {
+    Problem one = make_problem(rows_spec(1, 10, KDAJIT_DTYPE_F32, 50));
+    Problem two = one;
+    Meta whole{{3}, {0, 10}, {1}};
+    run_prefill(one, whole);
+    Meta first{{3}, {0, split}, {1}}, second{{3}, {split, 10}, {1}};
+    run_prefill(two, first);
+    const Problem after_first = two;
+    run_prefill(two, second);
+    // Each call zeroes the rows outside its sequence: the first call's rows come from its own output.
+    for (int64_t r = 0; r < split; ++r) copy_row(after_first, r, two, r, Tensor::output);
+    INFO("split at " << split);
+    CHECK(same_elements(one, two, Tensor::conv_state));
+    CHECK(rel_diff(two, one, Tensor::state) < 1e-6);  // the f32 rounding of the state at the split
+    CHECK(rel_diff(two, one, Tensor::output) < 1e-4);
+  }
+}
+
+TEST_CASE("reference: prefill without initial state equals a zeroed slot", "[reference][prefill]") {
+  using namespace prefill_test;
+  for (auto dtype : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
+    Problem fresh = make_problem(rows_spec(2, 6, dtype, 60 + dtype));
+    Problem zeroed = fresh;
+    const Problem before = fresh;
+    const kdajit_tensor_t& st = zeroed.view(Tensor::state);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t v = 0; v < D; ++v)
+        for (int64_t k = 0; k < D; ++k) store(st, {5, h, v, k}, 0.0);
+    const kdajit_tensor_t& cs = zeroed.view(Tensor::conv_state);
+    for (int64_t c = 0; c < cs.shape[1]; ++c)
+      for (int64_t w = 0; w < 3; ++w) store_bits16(cs, {5, c, w}, 0);
+    Meta no_init{{5}, {0, 6}, {0}}, init{{5}, {0, 6}, {1}};
+    run_prefill(fresh, no_init);
+    run_prefill(zeroed, init);
+    CHECK(bitwise_equal(fresh, zeroed));
+    CHECK_FALSE(same_elements(fresh, before, Tensor::state));
+  }
+}
+
+TEST_CASE("reference: prefill rows of no live sequence are zeros; their slots are untouched", "[reference][prefill]") {
+  using namespace prefill_test;
+  Problem p = make_problem(rows_spec(1, 12, KDAJIT_DTYPE_F32, 70));
+  const Problem before = p;
+  // Row 0 below qsl[0]; a live sequence (rows 1..3, slot 1); an empty one (slot 2);
+  // a null slot (rows 4..5); an out-of-range slot (rows 6..7); a live one (rows
+  // 8..9, slot 3, no initial state); rows 10..11 past qsl[N].
+  Meta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
+  run_prefill(p, m);
+  for (int64_t r = 0; r < 12; ++r) {
+    const bool live = (r >= 1 && r < 4) || (r >= 8 && r < 10);
+    double ss = 0;
+    for (int64_t v = 0; v < D; ++v) ss += std::fabs(load(p.view(Tensor::output), {r, 0, v}));
+    INFO("row " << r);
+    CHECK((live ? ss > 0 : ss == 0));
+  }
+  for (int s : {0, 2, 4, 5}) {
+    INFO("slot " << s);
+    CHECK(slot_bytes(p, Tensor::state, p.bytes(Tensor::state), s) == slot_bytes(before, Tensor::state, before.bytes(Tensor::state), s));
+    CHECK(slot_bytes(p, Tensor::conv_state, p.bytes(Tensor::conv_state), s) ==
+          slot_bytes(before, Tensor::conv_state, before.bytes(Tensor::conv_state), s));
+  }
+  for (int s : {1, 3}) CHECK(slot_bytes(p, Tensor::state, p.bytes(Tensor::state), s) != slot_bytes(before, Tensor::state, before.bytes(Tensor::state), s));
+}

@@ -1,4 +1,5 @@
-// The f64 CPU reference of both KDA decode ops (docs/CONTRACT.md §2-§4).
+// The f64 CPU reference of both KDA decode ops (docs/CONTRACT.md §2-§4) and of
+// the prefill op (docs/DESIGN.md "Prefill": the decode math token after token).
 //
 // Every view's data is a HOST pointer. Arithmetic is f64; the spec's rounding
 // points are applied exactly where it puts them:
@@ -44,6 +45,32 @@ struct Capture {
 Status single_decode(const kdajit_decode_args_t& args, Capture* capture = nullptr);
 Status packed_decode(const kdajit_decode_args_t& args, Capture* capture = nullptr);
 Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture = nullptr);
+
+// The prefill op's arguments: N sequences of any length packed in T_total
+// rows, one slot per sequence. The tensors are the decode ops' except:
+// state_indices [N] (a sequence's conv and state slot), has_initial_state [N]
+// int32 (0: the sequence starts from zero state and zero conv history, its
+// slot's contents are not read; an empty view: every sequence has one), and
+// conv_state [S, qkv, K] with any K in 3..18 (taps 0..2 are the history read
+// and rewritten, so a pool shared with the packed op keeps its K = T + 2).
+// Per sequence n, rows qsl[n] .. qsl[n+1] - 1 (L of them):
+// - well formed: 0 <= qsl[n] <= qsl[n+1] <= T_total; live: well formed, L > 0
+//   and a valid slot (1 <= s < S);
+// - live: §2 for every token in order from the slot's state (or zeros), the
+//   carry unrounded; after the last token the state is stored to the slot
+//   (rounding point 2) and taps 0..2 become the last three of (history, x_0 ..
+//   x_{L-1}) (raw bf16);
+// - not live: its rows (inside [0, T_total)) are zeros, its slot untouched;
+// - rows no sequence owns (below qsl[0], from qsl[N] on) are zeros.
+struct PrefillArgs {
+  kdajit_tensor_t x{}, conv_weight{}, conv_state{}, raw_gate{}, raw_beta{}, A_log{}, dt_bias{};
+  kdajit_tensor_t state_indices{}, has_initial_state{};
+  kdajit_tensor_t state{}, output_gate{}, norm_weight{}, output{}, query_start_loc{};
+  kdajit_gate_t gate = KDAJIT_GATE_BOUNDED;
+  float lower_bound = -5.f;
+  float norm_eps = 1e-6f;
+};
+Status prefill(const PrefillArgs& args, Capture* capture = nullptr);
 
 // What one call writes, from its metadata (host views), by the rules above.
 struct WritePlan {
