@@ -41,9 +41,8 @@ std::string build() {
   nlohmann::json dtype = spellings<StateDtype>();
   dtype["int32"] = KDAJIT_DTYPE_INT32;
   // The two enums that are not key fields, spelled as validation and KDAJIT_LOG spell them.
-  const nlohmann::json indices_mode = {{"unique_or_null", KDAJIT_INDICES_UNIQUE_OR_NULL},
-                                       {"positive_unique", KDAJIT_INDICES_POSITIVE_UNIQUE},
-                                       {"repeated_positive", KDAJIT_INDICES_REPEATED_POSITIVE}};
+  nlohmann::json indices_mode = nlohmann::json::object();
+  for (size_t i = 0; i < kIndicesModeNames.size(); ++i) indices_mode[std::string(kIndicesModeNames[i])] = static_cast<int>(i);
   const nlohmann::json log_level = {{"quiet", KDAJIT_LOG_QUIET}, {"info", KDAJIT_LOG_INFO}, {"debug", KDAJIT_LOG_DEBUG}};
   nlohmann::json status = nlohmann::json::object();
   for (int s = KDAJIT_OK; s <= KDAJIT_ERROR_INTERNAL; ++s) status[to_string(static_cast<ErrorCode>(s))] = s;
@@ -77,7 +76,7 @@ std::string build() {
         {"status", status}}},
       {"arches", arches},
       {"arch_for_compute_capability", by_capability},
-      {"arch_without_device", to_string(KernelKey{}.arch)},
+      {"arch_without_device", to_string(kDefaultArch)},
       {"routes", routes},
       {"max_heads", kMaxHeads},
       {"max_tokens", kMaxTokens},
