@@ -13,6 +13,7 @@
 #include "kdajit/cache.hpp"
 #include "kdajit/log.hpp"
 #include "kdajit/presets.hpp"
+#include "kdajit/runtime/call/select.hpp"
 #include "kdajit/runtime/jit/obtain.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/device/registry.hpp"
@@ -58,9 +59,9 @@ int main(int argc, char** argv) {
 
   CUcontext ctx = nullptr;
   const DriverApi* api = nullptr;
+  CUdevice dev = 0;
   if (gpu) {
     api = must(driver(), "driver");
-    CUdevice dev = 0;
     api->cuDeviceGet(&dev, 0);
     api->cuDevicePrimaryCtxRetain(&ctx, dev);
     api->cuCtxSetCurrent(ctx);
@@ -108,33 +109,33 @@ int main(int argc, char** argv) {
                t_disk, t_load, t_mem);
   }
 
-  // The launch path's lookup: selection + (context, key) -> CUfunction in the registry.
+  // The launch path's lookup on a call it has not seen: selection, the key and
+  // (context, key) -> CUfunction in the registry (runtime.cpp, Impl::resolve).
   double registry_ns = -1;
   if (gpu) {
     CacheOptions o;
     o.root = root;
     auto cache = std::make_shared<KernelCache>(o);
-    RegistryOptions ro;
-    ro.arch = arch;
-    KernelRegistry reg(cache, ro);
-    // One call shape per key; each key forced by its own registry would hide the
-    // selection, so the shapes are those the selector maps to these keys.
+    KernelRegistry reg(cache);
+    const DeviceTraits device = must(device_traits(*api, dev, arch), "device traits");
+    // One call shape per key, each mapped by the built-in selector.
     std::vector<CallShape> shapes;
     for (const auto& k : keys) {
       CallShape c;
       c.family = k;
       c.rows = 1024;
       c.num_seqs = k.op == Op::packed ? 256 : 0;
-      auto r = must(reg.resolve(ctx, c), "registry resolve");
-      must(reg.load(ctx, r.key, true), "registry load");
+      const KernelKey selected = key_for(c, must(select_route(c, device, {}), "select"), device.arch);
+      must(reg.load(ctx, selected, true), "registry load");
       shapes.push_back(c);
     }
     constexpr int kIters = 1000000;
     auto t0 = Clock::now();
     size_t sink = 0;
     for (int i = 0; i < kIters; ++i) {
-      auto r = reg.resolve(ctx, shapes[i % shapes.size()]);
-      sink += r && r->kernel.has_value();
+      const CallShape& c = shapes[i % shapes.size()];
+      auto route = select_route(c, device, {});
+      sink += route && reg.find(ctx, key_for(c, *route, device.arch)).has_value();
     }
     registry_ns = ms_since(t0) * 1e6 / kIters;
     if (sink != kIters) return 1;
