@@ -159,6 +159,7 @@ struct Row {
   std::string dir;
   std::string not_stored;  // built or found, but not on disk: why
   std::string error, detail;
+  nlohmann::json phases;  // compiled: where the compile's time went (the entry's meta)
 };
 
 std::string meta_number(const nlohmann::json& meta, const char* field) {
@@ -187,6 +188,7 @@ void run_build(const Opts& o, const Selection& sel) {
       return;
     }
     row.status = r->source == CacheSource::built ? "compiled" : "cached";
+    if (r->source == CacheSource::built) row.phases = r->entry->meta.value("phases", nlohmann::json());
     row.dir = r->entry->dir;
     row.not_stored = r->not_stored;
     std::string text = r->source == CacheSource::built
@@ -237,6 +239,7 @@ void run_build(const Opts& o, const Selection& sel) {
     for (const auto& [why, n] : reasons) out["not_stored_reasons"][json_text(why)] = n;
     for (const auto& r : rows) {
       json row = {{"key", key_name(r.key)}, {"status", r.status}, {"ms", r.ms}, {"dir", json_text(r.dir)}};
+      if (!r.phases.is_null()) row["phases"] = r.phases;
       if (!r.error.empty()) row["error"] = json_text(r.error);
       if (!r.not_stored.empty() && r.dir.empty()) row["not_stored"] = json_text(r.not_stored);
       out["results"].push_back(row);

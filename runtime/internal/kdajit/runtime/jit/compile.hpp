@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kdajit/error.hpp"
 #include "kdajit/kernel_key.hpp"
 
@@ -26,11 +28,23 @@ struct KernelResources {
   int smem_bytes = 0;   // static shared memory
 };
 
+// Where a compile's time went, as NVRTC's own `--time` table reports it: the
+// C++ front end, the NVVM optimizer (with PTX generation) and the PTX
+// translation (ptxas, PTX -> SASS). -1 where NVRTC gave no figure.
+struct CompilePhases {
+  double frontend_ms = -1;
+  double nvvm_ms = -1;
+  double ptxas_ms = -1;
+  double cpu_ms = -1;          // CPU time of the compiling thread (all phases)
+  size_t source_bytes = 0;     // the program NVRTC parses: templates inlined, one system header (<stdint.h>)
+};
+
 struct CompiledKernel {
   std::string cubin;
   std::string log;  // NVRTC log (includes ptxas info)
   KernelResources resources;
   double compile_ms = 0;
+  CompilePhases phases;
 };
 
 std::vector<std::string> canonical_options(const KernelKey& key);
@@ -42,6 +56,15 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key);
 // Compiles. A failure is an Error{compile_failed} whose message names the key
 // and whose detail carries the options, the NVRTC log and the failing source line.
 Result<CompiledKernel> compile(const BuildInputs& inputs);
+
+// {"frontend_ms", "nvvm_ms", "ptxas_ms", "cpu_ms", "source_bytes"}; a figure
+// NVRTC did not give is left out. `kdajit compile --json`, `prewarm --json` and
+// the cache entry's meta carry it.
+nlohmann::json phases_to_json(const CompilePhases& phases);
+
+// Reads NVRTC's `--time` CSV rows ("kernel.cu, CUDA C++ Frontend, 180, ms")
+// into `phases` (exposed for tests).
+void parse_phase_times(const std::string& csv, CompilePhases& phases);
 
 // Parses "ptxas info" lines of a verbose log (exposed for tests).
 KernelResources parse_ptxas_log(const std::string& log);
