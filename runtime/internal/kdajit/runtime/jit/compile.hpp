@@ -49,6 +49,11 @@ struct CompiledKernel {
 
 std::vector<std::string> canonical_options(const KernelKey& key);
 
+// The canonical options that change only what the front end parses, never the
+// generated code: test_sass_identity compiles keys with and without them and
+// compares the cubins' code sections.
+std::vector<std::string> frontend_only_options();
+
 // Generates the source and collects the options and the NVRTC version (loads
 // NVRTC: fails with its error when there is none).
 Result<BuildInputs> make_build_inputs(const KernelKey& key);
