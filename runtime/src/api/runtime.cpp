@@ -107,6 +107,7 @@ Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOption
   impl->pdl = options.pdl;
   KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
   impl->registry = std::make_unique<KernelRegistry>(impl->cache, ro);
+  impl->background = std::make_unique<BackgroundPrewarm>(*impl->cache);
   if (options.device >= 0) {
     KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
     int count = 0;

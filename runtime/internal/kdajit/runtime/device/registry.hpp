@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +41,14 @@ struct RegistryOptions {
   bool use_tuning = true;              // read a `kdajit tune` table for each device
 };
 
+// What load() found, since the registry was made.
+struct RegistryStats {
+  uint64_t serving_compiles = 0;       // cache misses a call compiled (NVRTC in front of a launch)
+  double serving_compile_ms = 0;       // their total wall time
+  uint64_t disk_loads = 0;             // kernels loaded from a disk layer
+  uint64_t memory_loads = 0;           // kernels already in the process's cache (another context, a prewarm)
+};
+
 class KernelRegistry {
  public:
   KernelRegistry(std::shared_ptr<KernelCache> cache, RegistryOptions options);
@@ -56,6 +65,8 @@ class KernelRegistry {
 
   KernelCache& cache() { return *cache_; }
 
+  RegistryStats stats() const;
+
  private:
   struct PerContext {
     DeviceTraits device;
@@ -70,6 +81,7 @@ class KernelRegistry {
   // Node-based: a PerContext never moves once inserted, and contexts are never removed.
   std::unordered_map<CUcontext, std::unique_ptr<PerContext>> contexts_;
   std::mutex load_mu_;  // serialises module loads (rare) so each key loads once per context
+  std::atomic<uint64_t> serving_compiles_{0}, serving_compile_us_{0}, disk_loads_{0}, memory_loads_{0};
 };
 
 }  // namespace kdajit
