@@ -112,3 +112,37 @@ TEST_CASE("prewarm --sm-count: bad values and conflicting flags are usage errors
   CHECK(text.out.find("repeated slots") != std::string::npos);
   CHECK(text.out.find("on 132 SMs") != std::string::npos);
 }
+
+TEST_CASE("a warm cache layer built at image time serves the node without a compile", "[prewarm][layers]") {
+  TempDir scratch;
+  const std::string shipped = scratch.path() + "/opt-kdajit", mine = scratch.path() + "/home-cache";
+  const std::map<std::string, std::string> sm90 = {{"KDAJIT_ARCH", "sm_90"}};
+  const std::vector<std::string> family = {"--op", "single", "--heads", "64", "--state", "f32", "--conv", "sd",
+                                           "--gate", "bounded", "--sm-count", "132"};
+  auto with = [&](std::vector<std::string> head) {
+    head.insert(head.end(), family.begin(), family.end());
+    return head;
+  };
+  // Image build: the routes one H200 uses (rowcta, sequential, split2 for this family).
+  Run build = cli(with({"prewarm", "--cache-dir", shipped, "--json"}), scratch.path(), sm90);
+  INFO(build.out << build.err);
+  REQUIRE(build.code == 0);
+  CHECK(parse_json(build)["compiled"] == 3);
+  // On the node: the layer verifies, the check finds every key, and a prewarm
+  // over the layers compiles nothing and writes nothing into the user's layer.
+  Run verify = cli({"verify", "--cache-dir", shipped}, scratch.path(), sm90);
+  INFO(verify.out << verify.err);
+  CHECK(verify.code == 0);
+  const std::map<std::string, std::string> layered = {{"KDAJIT_ARCH", "sm_90"}, {"KDAJIT_CACHE_DIR", mine + ":" + shipped}};
+  Run check = cli(with({"prewarm", "--check", "--json"}), scratch.path(), layered);
+  INFO(check.out << check.err);
+  CHECK(check.code == 0);
+  CHECK(parse_json(check)["present"] == 3);
+  Run again = cli(with({"prewarm", "--json"}), scratch.path(), layered);
+  CHECK(again.code == 0);
+  const auto j = parse_json(again);
+  CHECK(j["compiled"] == 0);
+  CHECK(j["cached"] == 3);
+  Run ls = cli({"ls", "--cache-dir", mine, "--json"}, scratch.path());
+  CHECK(parse_json(ls)["entries"].empty());
+}
