@@ -17,6 +17,8 @@
 #include "kdajit/log.hpp"
 #include "kdajit/parallel.hpp"
 #include "kdajit/presets.hpp"
+#include "kdajit/runtime/call/select.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/jit/obtain.hpp"
 
 namespace kdajit::cli {
@@ -36,20 +38,82 @@ struct Opts {
   bool allow_failures = false;
   bool dry_run = false;
   bool check = false;
+  int sm_count = 0;       // --sm-count: only the routes the built-in bands pick on this many SMs
+  bool this_gpu = false;  // --this-gpu: the local GPU's SM count
+  bool all_routes = false;
+  int64_t max_batch = 1024;
 };
 
 struct Selection {
   std::vector<KernelKey> keys;
   ArchChoice arch;
   std::set<Arch> archs;
+  // With --sm-count / --this-gpu: the SM count, what gave it, how many keys of
+  // the presets and patterns were left out, and per kept key why it is there.
+  int sm_count = 0;
+  std::string sm_source;
+  size_t routes_left_out = 0;
+  std::map<KernelKey, std::string> selected_for;
 };
+
+// "R 1-16, 33-40", "N 1-4", "repeated slots": where the bands pick the route.
+std::string use_text(const KernelKey& key, const BuiltinRouteUse& u) {
+  std::vector<std::string> parts;
+  for (const auto& [lo, hi] : u.batches)
+    parts.push_back(lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi));
+  std::string out;
+  if (!parts.empty()) out = fmt::format("{} {}", key.op == Op::packed ? "N" : "R", fmt::join(parts, ","));
+  if (u.repeated_slots) out += out.empty() ? "repeated slots" : "; repeated slots";
+  return out;
+}
+
+// Keeps the keys whose route the built-in bands pick for their family at some
+// batch 1..max_batch on `sel.sm_count` SMs (the selector is a pure function of
+// the call's shape and the SM count); notes why each stays.
+std::vector<KernelKey> routes_for_sm_count(Selection& sel, const std::vector<KernelKey>& keys, int64_t max_batch) {
+  std::vector<KernelKey> kept;
+  std::map<KernelKey, std::vector<BuiltinRouteUse>> by_family;
+  for (const KernelKey& k : keys) {
+    KernelKey family = k;
+    family.route = Route::rowcta;
+    auto it = by_family.find(family);
+    if (it == by_family.end()) it = by_family.emplace(family, builtin_route_uses(family, sel.sm_count, max_batch)).first;
+    auto use = std::find_if(it->second.begin(), it->second.end(), [&](const auto& u) { return u.route == k.route; });
+    if (use == it->second.end()) {
+      ++sel.routes_left_out;
+      continue;
+    }
+    sel.selected_for[k] = use_text(k, *use);
+    kept.push_back(k);
+  }
+  return kept;
+}
 
 Selection select_keys(const Opts& o) {
   Selection s;
   s.arch = choose_arch(o.arch);
+  if (o.all_routes && (o.sm_count || o.this_gpu))
+    throw Failure("prewarm: --all-routes compiles every route; it cannot go with --sm-count or --this-gpu", kExitUsage);
+  if (o.sm_count && o.this_gpu)
+    throw Failure("prewarm: --sm-count N or --this-gpu, not both", kExitUsage);
+  if (o.this_gpu) {
+    auto api = driver();
+    if (!api) throw Failure(fmt::format("prewarm: --this-gpu: no GPU to read the SM count of ({})", api.error().message));
+    auto dev = device_for(**api, -1);
+    auto traits = dev ? device_traits(**api, *dev, std::nullopt) : Result<DeviceTraits>(dev.error());
+    if (!traits) throw Failure(fmt::format("prewarm: --this-gpu: cannot read the GPU's SM count ({})", traits.error().message));
+    s.sm_count = traits->sm_count;
+    s.sm_source = "this GPU";
+  } else if (o.sm_count) {
+    s.sm_count = o.sm_count;
+    s.sm_source = "--sm-count";
+  }
+  // Presets and patterns name shapes: with an SM count, only their selectable
+  // routes. A manifest names exact keys and keeps them all.
+  std::vector<KernelKey> shaped;
   for (const auto& p : o.presets) {
     auto k = unwrap(preset_keys(p, s.arch.arch));
-    s.keys.insert(s.keys.end(), k.begin(), k.end());
+    shaped.insert(shaped.end(), k.begin(), k.end());
   }
   for (const auto& m : o.manifests) {
     auto mk = unwrap(manifest_keys(m, s.arch.arch));
@@ -71,8 +135,12 @@ Selection select_keys(const Opts& o) {
   if (!pattern.empty()) {
     auto k = pattern_keys(pattern, s.arch.arch);
     if (!k) throw Failure("prewarm: flags: " + k.error().message, kExitUsage);
-    s.keys.insert(s.keys.end(), k->begin(), k->end());
+    shaped.insert(shaped.end(), k->begin(), k->end());
   }
+  std::sort(shaped.begin(), shaped.end());
+  shaped.erase(std::unique(shaped.begin(), shaped.end()), shaped.end());
+  if (s.sm_count) shaped = routes_for_sm_count(s, shaped, o.max_batch);
+  s.keys.insert(s.keys.end(), shaped.begin(), shaped.end());
   if (s.keys.empty() && o.presets.empty() && o.manifests.empty())
     throw Failure("prewarm: expected --preset NAME, --manifest FILE or a key pattern (--heads ...)", kExitUsage);
   std::sort(s.keys.begin(), s.keys.end());
@@ -92,6 +160,18 @@ json layers_json(const KernelCache& cache) {
   for (const auto& l : cache.layers())
     out.push_back({{"path", json_text(l.path)}, {"state", to_string(l.state)}, {"reason", json_text(l.reason)}});
   return out;
+}
+
+json routes_json(const Selection& sel) {
+  return {{"sm_count", sel.sm_count}, {"sm_count_source", sel.sm_source}, {"left_out", sel.routes_left_out}};
+}
+
+std::string routes_text(const Selection& sel, const Opts& o) {
+  return fmt::format(
+      "prewarm: routes the built-in selector picks on {} SMs ({}) at batch sizes 1..{}: {} keys left out; SELECTED FOR "
+      "says where each is picked (R: rows, N: sequences). A `kdajit tune` table may pick others; --all-routes "
+      "compiles every route (images for several GPU models)",
+      sel.sm_count, sel.sm_source, o.max_batch, sel.routes_left_out);
 }
 
 // --dry-run / --check: the hash of each key's build inputs, looked up in every
@@ -128,20 +208,29 @@ void run_probe(const Opts& o, const Selection& sel) {
                 {"keys", rows.size()}, {"present", count["present"]}, {"missing", count["missing"]},
                 {"unusable", count["unusable"]}, {"failed", count["failed"]}, {"results", json::array()}};
     for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
+    if (sel.sm_count) out["routes"] = routes_json(sel);
     for (const auto& r : rows) {
       json j = {{"key", key_name(r.key)}, {"status", r.status}, {"dir", json_text(r.dir)}};
+      if (auto it = sel.selected_for.find(r.key); it != sel.selected_for.end()) j["selected_for"] = it->second;
       if (!r.reason.empty()) j["reason"] = json_text(r.reason);
       out["results"].push_back(j);
     }
     fmt::print("{}\n", dump_json(out));
   } else {
     std::vector<std::vector<std::string>> table;
-    for (const auto& r : rows)
+    for (const auto& r : rows) {
       table.push_back({key_name(r.key), r.status == "missing" ? "missing (would compile)"
                                         : r.status == "unusable" ? "unusable (would rebuild)"
                                                                  : r.status,
                        r.reason.empty() ? r.dir : r.reason});
-    print_table({"KEY", "STATUS", "WHERE"}, table);
+      if (sel.sm_count) {
+        auto it = sel.selected_for.find(r.key);
+        table.back().insert(table.back().begin() + 1, it != sel.selected_for.end() ? it->second : "(manifest)");
+      }
+    }
+    if (sel.sm_count) print_table({"KEY", "SELECTED FOR", "STATUS", "WHERE"}, table);
+    else print_table({"KEY", "STATUS", "WHERE"}, table);
+    if (sel.sm_count) fmt::print("{}\n", routes_text(sel, o));
     fmt::print("{}: {} keys for {}: {} present, {} missing, {} unusable, {} failed ({})\n", verb, rows.size(),
                archs_text(sel.archs), count["present"], count["missing"], count["unusable"], count["failed"],
                printable(cache->root()));
@@ -159,6 +248,7 @@ struct Row {
   std::string dir;
   std::string not_stored;  // built or found, but not on disk: why
   std::string error, detail;
+  nlohmann::json phases;  // compiled: where the compile's time went (the entry's meta)
 };
 
 std::string meta_number(const nlohmann::json& meta, const char* field) {
@@ -187,6 +277,7 @@ void run_build(const Opts& o, const Selection& sel) {
       return;
     }
     row.status = r->source == CacheSource::built ? "compiled" : "cached";
+    if (r->source == CacheSource::built) row.phases = r->entry->meta.value("phases", nlohmann::json());
     row.dir = r->entry->dir;
     row.not_stored = r->not_stored;
     std::string text = r->source == CacheSource::built
@@ -234,9 +325,11 @@ void run_build(const Opts& o, const Selection& sel) {
                 {"not_stored_reasons", json::object()}, {"wall_s", wall_s},
                 {"results", json::array()}};
     for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
+    if (sel.sm_count) out["routes"] = routes_json(sel);
     for (const auto& [why, n] : reasons) out["not_stored_reasons"][json_text(why)] = n;
     for (const auto& r : rows) {
       json row = {{"key", key_name(r.key)}, {"status", r.status}, {"ms", r.ms}, {"dir", json_text(r.dir)}};
+      if (!r.phases.is_null()) row["phases"] = r.phases;
       if (!r.error.empty()) row["error"] = json_text(r.error);
       if (!r.not_stored.empty() && r.dir.empty()) row["not_stored"] = json_text(r.not_stored);
       out["results"].push_back(row);
@@ -248,6 +341,7 @@ void run_build(const Opts& o, const Selection& sel) {
                not_stored ? fmt::format(", {} not stored on disk", not_stored) : std::string(), wall_s,
                printable(where));
     for (const auto& [why, n] : reasons) fmt::print("prewarm: {} not stored on disk: {}\n", n, printable(why, 400));
+    if (sel.sm_count) fmt::print("{}\n", routes_text(sel, o));
   }
   std::fflush(stdout);
   if ((failed || not_stored) && !o.allow_failures)
@@ -278,6 +372,16 @@ void add_prewarm(CLI::App& app) {
   cmd->add_flag("--strict", o->strict, "the default (kept for old scripts): exit 1 when a key is not in the cache");
   cmd->add_flag("--dry-run", o->dry_run, "list the keys and which are already cached; compile and write nothing");
   cmd->add_flag("--check", o->check, "like --dry-run, and exit 1 if any key is not cached");
+  cmd->add_option("--sm-count", o->sm_count,
+                  "only the routes the built-in selector picks on a GPU with this many SMs at the presets' and "
+                  "patterns' shapes (batch sizes 1..--max-batch); --dry-run says where each is picked")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_flag("--this-gpu", o->this_gpu, "--sm-count of the local GPU (device 0)");
+  cmd->add_option("--max-batch", o->max_batch, "with --sm-count: the largest batch (rows R, sequences N) served")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--all-routes", o->all_routes,
+                "every route of every shape (the default: for images that serve several GPU models)");
   cmd->callback([o] {
     Selection sel = select_keys(*o);
     warn_if_not_runtime_arch("prewarm", sel.archs);

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import threading
-from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 # The library's version this package was written against: major.minor must
 # match (0.x: a minor release may change the ABI). A test compares it with
@@ -225,6 +225,9 @@ class Library:
         self._proto("kdajit_runtime_prewarm", c_int, [c_void_p, c_char_p, POINTER(c_int32)])
         self._proto("kdajit_selected_key", c_int, [c_void_p, c_int, c_char_p, c_void_p, c_char_p, c_size_t])
         self._proto("kdajit_add_nvrtc_candidate", c_int, [c_char_p])
+        self._proto("kdajit_runtime_prewarm_async", c_int, [c_void_p, c_char_p, c_uint32])
+        self._proto("kdajit_runtime_wait_prewarm", c_int, [c_void_p])
+        self._proto("kdajit_runtime_stats", c_int, [c_void_p, POINTER(c_uint64), c_size_t])
         self.version = self.kdajit_version().decode()
         self._check_version()
         self.tables = json.loads(self.kdajit_tables_json().decode())

@@ -1,7 +1,7 @@
 """The kdajit runtime handle: one per process, created on first use."""
 import threading
 import weakref
-from ctypes import byref, c_void_p, sizeof
+from ctypes import byref, c_uint64, c_void_p, sizeof
 
 from . import _abi
 
@@ -56,6 +56,40 @@ class Runtime:
         self._lib = lib
         self.handle = handle.value  # an int: what the decode entry points take
         self._finalizer = weakref.finalize(self, lib.kdajit_runtime_destroy, handle.value)
+
+    STAT_NAMES = ("serving_compiles", "serving_compile_ms", "disk_loads", "memory_loads", "prewarm_compiled",
+                  "prewarm_failed", "prewarm_pending")
+
+    def stats(self):
+        """Where this runtime's kernels came from: serving_compiles (cache misses a
+        call compiled, each logged) and their total serving_compile_ms, disk_loads,
+        memory_loads, and the background pre-warm's prewarm_compiled,
+        prewarm_failed, prewarm_pending."""
+        values = (c_uint64 * len(self.STAT_NAMES))()
+        status = self._lib.lib.kdajit_runtime_stats(self.handle, values, len(values))
+        if status != _abi.OK:
+            self._lib.raise_for(status, "kdajit_runtime_stats")
+        out = dict(zip(self.STAT_NAMES, values))
+        out["serving_compile_ms"] = out["serving_compile_ms"] / 1000.0
+        return out
+
+    def prewarm_async(self, keys, threads=1):
+        """Compiles these kernel key names into the cache in `threads` background
+        threads and returns at once; calls meanwhile run on what is ready (a call
+        whose key is compiling waits for it). wait_prewarm() blocks until done."""
+        if isinstance(keys, str) or not all(isinstance(k, str) and k and "\n" not in k for k in keys):
+            raise ValueError(f"keys: expected a list of kernel key names, got {keys!r}"[:200])
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads: expected an integer >= 1, got {threads!r}")
+        status = self._lib.lib.kdajit_runtime_prewarm_async(self.handle, "\n".join(keys).encode(), threads)
+        if status != _abi.OK:
+            self._lib.raise_for(status, "kdajit_runtime_prewarm_async")
+
+    def wait_prewarm(self):
+        """Blocks until every key given to prewarm_async is compiled (or failed)."""
+        status = self._lib.lib.kdajit_runtime_wait_prewarm(self.handle)
+        if status != _abi.OK:
+            self._lib.raise_for(status, "kdajit_runtime_wait_prewarm")
 
     def close(self):
         """Destroys the runtime now (kernels stay loaded in their CUDA contexts)."""

@@ -331,6 +331,23 @@ KDAJIT_API kdajit_status_t kdajit_config_keys(const kdajit_config_t* config, cha
 KDAJIT_API kdajit_status_t kdajit_runtime_prewarm(kdajit_runtime_t* runtime, const char* key_name,
                                                   int32_t* compiled);
 
+/* Compiles the newline-separated kernel key names into the runtime's cache in
+ * `threads` background threads (0: 1) and returns at once; names are checked
+ * first (a bad one queues nothing). Calls run meanwhile on what is ready; a
+ * call whose key is compiling waits for that compile instead of starting one. */
+KDAJIT_API kdajit_status_t kdajit_runtime_prewarm_async(kdajit_runtime_t* runtime, const char* key_names,
+                                                        uint32_t threads);
+/* Blocks until every key given to kdajit_runtime_prewarm_async is done. */
+KDAJIT_API kdajit_status_t kdajit_runtime_wait_prewarm(kdajit_runtime_t* runtime);
+
+/* The runtime's counters, in this order, into values[0 .. count-1] (count <=
+ * KDAJIT_RUNTIME_STAT_COUNT; a newer library may count more):
+ * serving compiles (cache misses a call compiled), their total wall time in
+ * microseconds, kernels a call loaded from disk, kernels a call found in memory,
+ * keys pre-warmed in the background that compiled, that failed, still pending. */
+#define KDAJIT_RUNTIME_STAT_COUNT 7
+KDAJIT_API kdajit_status_t kdajit_runtime_stats(kdajit_runtime_t* runtime, uint64_t* values, size_t count);
+
 /* The kernel key name a call with these args would launch on stream:
  * validation and route selection (which reads the stream's device once);
  * nothing is compiled or launched. */

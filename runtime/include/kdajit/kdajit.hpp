@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kdajit/kdajit.h"
 
@@ -86,6 +87,17 @@ struct RuntimeOptions {
   bool pdl = false;
 };
 
+// Where this runtime's kernels came from, since it was created.
+struct RuntimeStats {
+  uint64_t serving_compiles = 0;    // kernels a call compiled: a cache miss with NVRTC in front of a launch (logged)
+  double serving_compile_ms = 0;    // their total wall time
+  uint64_t disk_loads = 0;          // kernels a call loaded from a disk cache layer
+  uint64_t memory_loads = 0;        // kernels a call found already in this process (a pre-warm, another context)
+  uint64_t prewarm_compiled = 0;    // kernels prewarm_async compiled
+  uint64_t prewarm_failed = 0;      // keys prewarm_async could not compile (each logged)
+  uint64_t prewarm_pending = 0;     // keys queued or compiling in the background
+};
+
 // Default-initialised decode arguments (struct_size, gate bounded, lower_bound
 // -5, norm_eps 1e-6, mode unique_or_null, every tensor empty, no oob_counter; §1.4).
 KDAJIT_API DecodeArgs default_decode_args();
@@ -115,6 +127,19 @@ class KDAJIT_API Runtime {
   // Makes sure kernel `key_name` is in this runtime's cache (NVRTC compile when
   // missing; no GPU needed). *compiled (may be null): whether this call compiled.
   Outcome prewarm(const std::string& key_name, bool* compiled);
+
+  // Compiles these keys into the cache in `threads` background threads (0: 1)
+  // and returns at once (key names are checked first; a bad one queues nothing).
+  // Calls run meanwhile on what is ready; a call whose key is still compiling
+  // waits for that compile instead of starting another.
+  Outcome prewarm_async(const std::vector<std::string>& key_names, unsigned threads = 1);
+  // Blocks until every key given to prewarm_async is done.
+  void wait_prewarm();
+  // The kernel keys of a model preset for `arch` ("glm-5.3-flash", "sm_90"), as
+  // `kdajit keys --preset` lists them: every route of every shape.
+  static Outcome preset_key_names(const std::string& preset, const std::string& arch, std::vector<std::string>* out);
+
+  RuntimeStats stats() const;
 
   // Supported or not, with the reason, without compiling or touching the GPU
   // (unless config.arch is null: then the device's arch is read).

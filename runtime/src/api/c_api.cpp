@@ -268,6 +268,49 @@ kdajit_status_t kdajit_runtime_prewarm(kdajit_runtime_t* runtime, const char* ke
   });
 }
 
+kdajit_status_t kdajit_runtime_prewarm_async(kdajit_runtime_t* runtime, const char* key_names, uint32_t threads) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!key_names) return {KDAJIT_ERROR_INVALID_ARGUMENT, "key_names: expected newline-separated key names, got NULL", {}};
+    std::vector<std::string> names;
+    std::string_view text(key_names);
+    while (!text.empty()) {
+      const size_t eol = text.find('\n');
+      std::string_view name = text.substr(0, eol);
+      if (!name.empty()) names.emplace_back(name);
+      text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    }
+    return runtime->rt->prewarm_async(names, threads);
+  });
+}
+
+kdajit_status_t kdajit_runtime_wait_prewarm(kdajit_runtime_t* runtime) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    runtime->rt->wait_prewarm();
+    return {};
+  });
+}
+
+kdajit_status_t kdajit_runtime_stats(kdajit_runtime_t* runtime, uint64_t* values, size_t count) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!values && count) return {KDAJIT_ERROR_INVALID_ARGUMENT, "values: expected an array of count uint64_t, got NULL", {}};
+    if (count > KDAJIT_RUNTIME_STAT_COUNT)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT,
+              "count: expected at most " + std::to_string(KDAJIT_RUNTIME_STAT_COUNT) + ", got " + std::to_string(count), {}};
+    const kdajit::RuntimeStats s = runtime->rt->stats();
+    const uint64_t all[KDAJIT_RUNTIME_STAT_COUNT] = {
+        s.serving_compiles, static_cast<uint64_t>(s.serving_compile_ms * 1000), s.disk_loads, s.memory_loads,
+        s.prewarm_compiled, s.prewarm_failed, s.prewarm_pending};
+    for (size_t i = 0; i < count; ++i) values[i] = all[i];
+    return {};
+  });
+}
+
 kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op, const kdajit_decode_args_t* args,
                                     kdajit_stream_t stream, char* key_name, size_t key_name_size) {
   return guarded([&]() -> kdajit::Outcome {

@@ -1,6 +1,9 @@
 // The C++ API over Runtime::Impl. The C structs it takes (DecodeArgs,
 // SupportConfig) are read through their struct_size, as the C ABI reads them.
+#include <fmt/format.h>
+
 #include "kdajit/kdajit_version.h"
+#include "kdajit/presets.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
 #include "kdajit/runtime/api/sized_struct.hpp"
 #include "kdajit/runtime/call/support.hpp"
@@ -68,6 +71,47 @@ Outcome Runtime::prewarm(const std::string& name, bool* compiled) {
   if (!built) return to_outcome(std::move(built).error());
   if (compiled) *compiled = *built;
   return {};
+}
+
+Outcome Runtime::prewarm_async(const std::vector<std::string>& names, unsigned threads) {
+  std::vector<KernelKey> keys;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto key = parse_key(names[i]);
+    if (!key) {
+      Error e = std::move(key).error();
+      e.message = fmt::format("key_names[{}]: {}", i, e.message);
+      return to_outcome(e);
+    }
+    keys.push_back(*key);
+  }
+  impl_->background->submit(keys, threads);
+  return {};
+}
+
+void Runtime::wait_prewarm() { impl_->background->wait(); }
+
+Outcome Runtime::preset_key_names(const std::string& preset, const std::string& arch_name, std::vector<std::string>* out) {
+  if (!out) return {KDAJIT_ERROR_INVALID_ARGUMENT, "out: expected a non-null pointer", {}};
+  auto arch = parse_arch(arch_name);
+  if (!arch) return to_outcome(invalid_argument("arch: " + arch.error().message));
+  auto keys = preset_keys(preset, *arch);
+  if (!keys) return to_outcome(std::move(keys).error());
+  out->clear();
+  for (const auto& k : *keys) out->push_back(key_name(k));
+  return {};
+}
+
+RuntimeStats Runtime::stats() const {
+  const RegistryStats r = impl_->registry->stats();
+  RuntimeStats s;
+  s.serving_compiles = r.serving_compiles;
+  s.serving_compile_ms = r.serving_compile_ms;
+  s.disk_loads = r.disk_loads;
+  s.memory_loads = r.memory_loads;
+  s.prewarm_compiled = impl_->background->compiled();
+  s.prewarm_failed = impl_->background->failed();
+  s.prewarm_pending = impl_->background->pending();
+  return s;
 }
 
 Outcome Runtime::query_support(const SupportConfig& given) {

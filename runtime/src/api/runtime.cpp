@@ -110,6 +110,7 @@ Result<std::unique_ptr<Runtime::Impl>> Runtime::Impl::create(const RuntimeOption
   if (!options.cache_dir.empty()) KDAJIT_TRY(split_cache_layers(options.cache_dir, "options.cache_dir"));
   KDAJIT_TRY_ASSIGN(impl->cache, open_kernel_cache(options.cache_dir));
   impl->registry = std::make_unique<KernelRegistry>(impl->cache);
+  impl->background = std::make_unique<BackgroundPrewarm>(*impl->cache);
   if (options.device >= 0) {
     KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
     int count = 0;

@@ -1,5 +1,8 @@
 #include "kdajit/runtime/call/select.hpp"
 
+#include <algorithm>
+#include <map>
+
 #include <fmt/format.h>
 
 
@@ -66,6 +69,48 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
   // 64 KiB stage per CTA adds a shared-memory round trip without more bytes in
   // flight, while rowcta's waves overlap each other).
   return bf16 && stream_ok && x > resident ? Route::stream : Route::rowcta;
+}
+
+std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_count, int64_t max_batch) {
+  const DeviceTraits device{family.arch, sm_count};
+  const size_t n = static_cast<size_t>(std::max<int64_t>(max_batch, 0));
+  struct Picked {
+    std::vector<bool> at;  // at[b - 1]: picked for batch b
+    bool repeated = false;
+  };
+  std::map<Route, Picked> picked;
+  CallShape call;
+  call.family = family;
+  // Every slot-index mode validation can derive from the data; the packed op's
+  // rows run concurrently and never take repeated slots.
+  std::vector<IndicesMode> modes = {IndicesMode::unique_or_null, IndicesMode::positive_unique};
+  if (family.op == Op::single) modes.push_back(IndicesMode::repeated_positive);
+  for (IndicesMode mode : modes) {
+    call.mode = mode;
+    for (size_t b = 1; b <= n; ++b) {
+      call.num_seqs = family.op == Op::packed ? static_cast<int64_t>(b) : 0;
+      call.rows = static_cast<int64_t>(family.op == Op::packed ? b * static_cast<size_t>(family.tokens) : b);
+      Picked& p = picked[builtin_route(call, device)];
+      if (mode == IndicesMode::repeated_positive) {
+        p.repeated = true;
+        continue;
+      }
+      p.at.resize(n);
+      p.at[b - 1] = true;
+    }
+  }
+  std::vector<BuiltinRouteUse> uses;
+  for (const auto& [route, p] : picked) {
+    BuiltinRouteUse u{route, {}, p.repeated};
+    for (size_t i = 0; i < p.at.size(); ++i) {
+      if (!p.at[i]) continue;
+      const auto b = static_cast<int64_t>(i + 1);
+      if (!u.batches.empty() && u.batches.back().second + 1 == b) u.batches.back().second = b;
+      else u.batches.push_back({b, b});
+    }
+    uses.push_back(std::move(u));
+  }
+  return uses;
 }
 
 Result<Route> select_route(const CallShape& call, const DeviceTraits& device, const RoutePolicy& policy) {

@@ -1,5 +1,7 @@
 #include "kdajit/runtime/device/registry.hpp"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "kdajit/cache.hpp"
@@ -28,7 +30,22 @@ std::optional<LoadedKernel> KernelRegistry::find(CUcontext ctx, const KernelKey&
 Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, bool allow_build) {
   std::lock_guard load_lock(load_mu_);
   if (auto k = find(ctx, key)) return *k;  // loaded meanwhile
+  const auto t0 = std::chrono::steady_clock::now();
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache_, key, allow_build));
+  if (found.source == CacheSource::built) {
+    // NVRTC ran in front of a launch: said once per key (the kernel stays
+    // loaded), at warning level, so that a missing pre-warm is visible.
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    serving_compiles_.fetch_add(1, std::memory_order_relaxed);
+    serving_compile_us_.fetch_add(static_cast<uint64_t>(ms * 1000), std::memory_order_relaxed);
+    log_warning("compiled {} at serving time in {:.0f} ms: it was not in the cache; pre-warm it (`kdajit prewarm`, "
+                "Runtime::prewarm_async) to keep NVRTC out of the request path",
+                key_name(key), ms);
+  } else if (found.source == CacheSource::disk) {
+    disk_loads_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    memory_loads_.fetch_add(1, std::memory_order_relaxed);
+  }
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   CUmodule mod = nullptr;
   KDAJIT_TRY(cu_check(*api, api->cuModuleLoadData(&mod, found.entry->cubin.data()),
@@ -56,6 +73,15 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   std::unique_lock lock(mu_);
   contexts_[ctx].emplace(key, k);
   return k;
+}
+
+RegistryStats KernelRegistry::stats() const {
+  RegistryStats s;
+  s.serving_compiles = serving_compiles_.load(std::memory_order_relaxed);
+  s.serving_compile_ms = static_cast<double>(serving_compile_us_.load(std::memory_order_relaxed)) / 1000;
+  s.disk_loads = disk_loads_.load(std::memory_order_relaxed);
+  s.memory_loads = memory_loads_.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace kdajit

@@ -26,6 +26,7 @@ CacheBuild to_cache_build(const BuildInputs& in, CompiledKernel ck) {
             {"stack_bytes", ck.resources.stack_bytes},
             {"smem_bytes", ck.resources.smem_bytes},
             {"compile_ms", ck.compile_ms},
+            {"phases", phases_to_json(ck.phases)},
             {"nvrtc_log", std::move(ck.log)}};
   return b;
 }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kdajit/kdajit.hpp"
+#include "kdajit/runtime/api/background_prewarm.hpp"
 #include "kdajit/runtime/call/validate.hpp"
 #include "kdajit/runtime/device/registry.hpp"
 #include "kdajit/runtime/tune/tune_table.hpp"
@@ -28,6 +29,8 @@ struct Runtime::Impl {
   bool pdl = false;
   CUcontext fixed_ctx = nullptr;  // options.device >= 0: that device's primary context
   CUdevice fixed_device = 0;
+  // Declared last: destroyed first, its workers joined while the cache lives.
+  std::unique_ptr<BackgroundPrewarm> background;
 
   static Result<std::unique_ptr<Impl>> create(const RuntimeOptions& options);
   ~Impl();

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "kdajit/routes.hpp"
 
@@ -16,6 +18,23 @@ struct RoutePolicy {
 // The built-in bands, measured on the H200 (select.cpp says what each band is
 // and why; docs/PERFORMANCE.md has the measurements). Always an eligible route.
 Route builtin_route(const CallShape& call, const DeviceTraits& device);
+
+// Where the built-in bands use one route of a family: the batch sizes (rows R
+// of the single op, sequences N of the packed op, each at R = N x T) in
+// [1, max_batch] for which builtin_route() picks it on `sm_count` SMs, as
+// inclusive runs; `repeated_slots` when it serves calls with repeated slots.
+struct BuiltinRouteUse {
+  Route route = Route::rowcta;
+  std::vector<std::pair<int64_t, int64_t>> batches;
+  bool repeated_slots = false;
+};
+
+// The routes of `family` (its route and arch fields are ignored) that the
+// built-in bands can pick on a device with `sm_count` SMs at batch sizes
+// 1..max_batch, with the batches each serves, in route-table order. A pure
+// function of the shape and the SM count, like builtin_route(): what
+// `kdajit prewarm --sm-count N` compiles.
+std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_count, int64_t max_batch);
 
 // forced > tuned (when its route is eligible) > built-in. Error{unsupported}
 // when the forced route does not serve the op or is not eligible for the call.

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,14 @@ struct LoadedKernel {
   CUfunction function = nullptr;
 };
 
+// What load() found, since the registry was made.
+struct RegistryStats {
+  uint64_t serving_compiles = 0;       // cache misses a call compiled (NVRTC in front of a launch)
+  double serving_compile_ms = 0;       // their total wall time
+  uint64_t disk_loads = 0;             // kernels loaded from a disk layer
+  uint64_t memory_loads = 0;           // kernels already in the process's cache (another context, a prewarm)
+};
+
 class KernelRegistry {
  public:
   explicit KernelRegistry(std::shared_ptr<KernelCache> cache);
@@ -37,12 +46,15 @@ class KernelRegistry {
 
   KernelCache& cache() { return *cache_; }
 
+  RegistryStats stats() const;
+
  private:
   using Kernels = std::unordered_map<KernelKey, LoadedKernel, KernelKeyHash>;
   std::shared_ptr<KernelCache> cache_;
   mutable std::shared_mutex mu_;
   std::unordered_map<CUcontext, Kernels> contexts_;  // contexts are never removed
   std::mutex load_mu_;  // serialises module loads (rare) so each key loads once per context
+  std::atomic<uint64_t> serving_compiles_{0}, serving_compile_us_{0}, disk_loads_{0}, memory_loads_{0};
 };
 
 }  // namespace kdajit
