@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,12 +39,19 @@ class KernelRegistry {
 
   KernelCache& cache() { return *cache_; }
 
+  // Modules loaded by this registry (cuModuleLoadData calls that succeeded): one
+  // per (context, key), however many threads and devices call.
+  size_t module_loads() const { return module_loads_.load(std::memory_order_relaxed); }
+  // The kernels loaded in `ctx`.
+  size_t kernels_in(CUcontext ctx) const;
+
  private:
   using Kernels = std::unordered_map<KernelKey, LoadedKernel, KernelKeyHash>;
   std::shared_ptr<KernelCache> cache_;
   mutable std::shared_mutex mu_;
   std::unordered_map<CUcontext, Kernels> contexts_;  // contexts are never removed
   std::mutex load_mu_;  // serialises module loads (rare) so each key loads once per context
+  std::atomic<size_t> module_loads_{0};
 };
 
 }  // namespace kdajit
