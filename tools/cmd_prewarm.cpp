@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "kdajit/log.hpp"
 #include "kdajit/parallel.hpp"
 #include "kdajit/presets.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/jit/obtain.hpp"
 
 namespace kdajit::cli {
@@ -31,6 +33,7 @@ struct Opts {
   std::vector<std::string> manifests;
   std::map<std::string, std::vector<std::string>> flags;
   std::string arch;
+  std::optional<int> device;  // --device: the arch of that GPU
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   bool strict = false;  // the default since failures fail; accepted for old scripts
   bool allow_failures = false;
@@ -44,9 +47,17 @@ struct Selection {
   std::set<Arch> archs;
 };
 
+// The arch of GPU --device, for a rank that prewarms its own GPU's keys.
+ArchChoice device_arch(const Opts& o) {
+  if (!o.arch.empty()) throw Failure("--device: names the GPU whose arch is built; give --device or --arch, not both", kExitUsage);
+  auto ordinal = checked_device_ordinal(*o.device, "--device");
+  if (!ordinal) throw Failure(ordinal.error().message, kExitUsage);
+  return {unwrap(local_arch(*ordinal)), fmt::format("GPU {} (--device)", *ordinal)};
+}
+
 Selection select_keys(const Opts& o) {
   Selection s;
-  s.arch = choose_arch(o.arch);
+  s.arch = o.device ? device_arch(o) : choose_arch(o.arch);
   for (const auto& p : o.presets) {
     auto k = unwrap(preset_keys(p, s.arch.arch));
     s.keys.insert(s.keys.end(), k.begin(), k.end());
@@ -272,6 +283,7 @@ void add_prewarm(CLI::App& app) {
                   fmt::format("target arch ({}) for presets and patterns (default: KDAJIT_ARCH, else the local GPU's, "
                               "else {}); key names keep their own",
                               choices<Arch>(), to_string(kDefaultArch)));
+  cmd->add_option("--device", o->device, "build presets and patterns for the arch of this CUDA device ordinal");
   cmd->add_option("-j,--jobs", o->jobs, "parallel compiles (default: the core count)")->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--allow-failures", o->allow_failures,
                 "exit 0 even when a key failed or could not be stored on disk (default: exit 1)");
