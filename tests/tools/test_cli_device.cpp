@@ -69,7 +69,7 @@ TEST_CASE("--device out of range: a usage error naming the flag and the range", 
     return;
   }
   const std::string range = fmt::format("--device: expected a device ordinal in 0..{}", n - 1);
-  for (const std::string device : {std::to_string(n), std::to_string(n + 5), std::string("-1")}) {
+  for (const std::string& device : {std::to_string(n), std::to_string(n + 5), std::string("-1")}) {
     INFO("--device " << device);
     Run s = cli({"selfcheck", "--cache-dir", cache, "--device", device}, scratch.path());
     CHECK(s.code == 2);
