@@ -49,7 +49,8 @@ struct Selection {
 
 // The arch of GPU --device, for a rank that prewarms its own GPU's keys.
 ArchChoice device_arch(const Opts& o) {
-  if (!o.arch.empty()) throw Failure("--device: names the GPU whose arch is built; give --device or --arch, not both", kExitUsage);
+  if (!o.arch.empty())
+    throw Failure("--device: names the GPU whose arch is built; give --device or --arch, not both", kExitUsage);
   auto ordinal = checked_device_ordinal(*o.device, "--device");
   if (!ordinal) throw Failure(ordinal.error().message, kExitUsage);
   return {unwrap(local_arch(*ordinal)), fmt::format("GPU {} (--device)", *ordinal)};

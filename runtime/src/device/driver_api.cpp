@@ -123,7 +123,8 @@ Result<CUdevice> device_for(const DriverApi& api, int device) {
   }
   // No context: the only GPU is the device meant; among several, none is.
   KDAJIT_TRY_ASSIGN(int n, device_count(api));
-  if (n != 1)
+  if (n == 0) return Error(ErrorCode::cuda, "CUDA driver: no CUDA GPU on this machine");
+  if (n > 1)
     return invalid_argument(fmt::format(
         "device: -1 means the device of the current CUDA context, and no context is current on this machine of {} "
         "GPUs; make one current (cudaSetDevice) or name a device ordinal in 0..{}",
