@@ -1,5 +1,5 @@
 // `kdajit env [--json]`: what this machine and this environment make of kdajit:
-// versions and the libraries loaded, the GPUs, the arch the runtime would pick,
+// versions and the libraries loaded, the GPUs (index, name, arch, SM count), the arch the runtime would pick,
 // the cache layers (what chose them, writable or not, entries per arch, stale),
 // and every KDAJIT_* variable. Reads only: creates nothing.
 #include <dlfcn.h>
@@ -63,16 +63,18 @@ json driver_json() {
     for (int i = 0; i < count; ++i) {
       CUdevice dev = 0;
       if ((*api)->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
-      int major = 0, minor = 0;
+      int major = 0, minor = 0, sm_count = 0;
       (*api)->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
       (*api)->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+      (*api)->cuDeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
       char name[256] = {0};
       if (name_fn) name_fn(name, sizeof name - 1, dev);
       auto arch = arch_for_compute_capability(major, minor);
       out["gpus"].push_back({{"index", i},
                              {"name", json_text(name)},
                              {"compute_capability", fmt::format("{}.{}", major, minor)},
-                             {"arch", arch ? json(to_string(*arch)) : json(nullptr)}});
+                             {"arch", arch ? json(to_string(*arch)) : json(nullptr)},
+                             {"sm_count", sm_count}});
     }
   }
   dlclose(lib);
@@ -148,8 +150,8 @@ void print_text(const json& j) {
     fmt::print("driver   not loaded: {}\n", s(d.value("error", json("unknown"))));
   if (d["gpus"].empty()) fmt::print("gpu      none\n");
   for (const auto& g : d["gpus"])
-    fmt::print("gpu {}    {}, compute capability {} ({})\n", g["index"].get<int>(), s(g["name"]),
-               s(g["compute_capability"]), s(g["arch"]));
+    fmt::print("gpu {}    {}, compute capability {} ({}), {} SMs\n", g["index"].get<int>(), s(g["name"]),
+               s(g["compute_capability"]), s(g["arch"]), s(g["sm_count"]));
   fmt::print("arch     {} (from {}): the runtime builds kernels for it unless options.arch says otherwise\n",
              s(j["arch"]["value"]), s(j["arch"]["source"]));
   const json& c = j["cache"];

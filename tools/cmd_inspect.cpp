@@ -115,17 +115,20 @@ void add_verify(CLI::App& app) {
   struct Opts {
     CommonOpts common;
     bool load = false;
+    int device = 0;
   };
   auto o = std::make_shared<Opts>();
   add_common(cmd, o->common);
   cmd->add_flag("--load", o->load, "also load each cubin whose arch matches the local GPU");
+  cmd->add_option("--device", o->device, "CUDA device ordinal --load loads on")->capture_default_str();
   cmd->callback([o] {
+    if (o->load && gpu_available()) unwrap(checked_device_ordinal(o->device, "--device"));
     auto cache = open_cache(o->common, CacheUse::maintain);
     require_readable(*cache, o->common, "verify");
     std::optional<Arch> gpu_arch;
     if (o->load) {
       if (gpu_available()) {
-        auto a = local_arch();
+        auto a = local_arch(o->device);
         if (a) gpu_arch = *a;
         else log_warning("verify --load: {}; not loading", a.error().message);
       } else {
@@ -152,7 +155,7 @@ void add_verify(CLI::App& app) {
                                       : Result<std::shared_ptr<const CacheEntry>>(Error(ErrorCode::cache, "no hash"));
           json entry = meta_value(e, "entry");
           std::string fn = entry.is_string() ? entry.get<std::string>() : std::string(entry_name(e.key->op));
-          Status s = got ? check_cubin_loads((*got)->cubin, fn) : Status(got.error());
+          Status s = got ? check_cubin_loads((*got)->cubin, fn, o->device) : Status(got.error());
           if (!s) {
             v.ok = false;
             v.reason = "does not load: " + s.error().message;

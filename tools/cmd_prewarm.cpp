@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -33,6 +34,7 @@ struct Opts {
   std::vector<std::string> manifests;
   std::map<std::string, std::vector<std::string>> flags;
   std::string arch;
+  std::optional<int> device;  // --device: the arch of that GPU
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   bool strict = false;  // the default since failures fail; accepted for old scripts
   bool allow_failures = false;
@@ -89,9 +91,18 @@ std::vector<KernelKey> routes_for_sm_count(Selection& sel, const std::vector<Ker
   return kept;
 }
 
+// The arch of GPU --device, for a rank that prewarms its own GPU's keys.
+ArchChoice device_arch(const Opts& o) {
+  if (!o.arch.empty())
+    throw Failure("--device: names the GPU whose arch is built; give --device or --arch, not both", kExitUsage);
+  auto ordinal = checked_device_ordinal(*o.device, "--device");
+  if (!ordinal) throw Failure(ordinal.error().message, kExitUsage);
+  return {unwrap(local_arch(*ordinal)), fmt::format("GPU {} (--device)", *ordinal)};
+}
+
 Selection select_keys(const Opts& o) {
   Selection s;
-  s.arch = choose_arch(o.arch);
+  s.arch = o.device ? device_arch(o) : choose_arch(o.arch);
   if (o.all_routes && (o.sm_count || o.this_gpu))
     throw Failure("prewarm: --all-routes compiles every route; it cannot go with --sm-count or --this-gpu", kExitUsage);
   if (o.sm_count && o.this_gpu)
@@ -99,7 +110,7 @@ Selection select_keys(const Opts& o) {
   if (o.this_gpu) {
     auto api = driver();
     if (!api) throw Failure(fmt::format("prewarm: --this-gpu: no GPU to read the SM count of ({})", api.error().message));
-    auto dev = device_for(**api, -1);
+    auto dev = device_for(**api, o.device ? *o.device : -1);
     auto traits = dev ? device_traits(**api, *dev, std::nullopt) : Result<DeviceTraits>(dev.error());
     if (!traits) throw Failure(fmt::format("prewarm: --this-gpu: cannot read the GPU's SM count ({})", traits.error().message));
     s.sm_count = traits->sm_count;
@@ -366,6 +377,7 @@ void add_prewarm(CLI::App& app) {
                   fmt::format("target arch ({}) for presets and patterns (default: KDAJIT_ARCH, else the local GPU's, "
                               "else {}); key names keep their own",
                               choices<Arch>(), to_string(kDefaultArch)));
+  cmd->add_option("--device", o->device, "build presets and patterns for the arch of this CUDA device ordinal");
   cmd->add_option("-j,--jobs", o->jobs, "parallel compiles (default: the core count)")->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--allow-failures", o->allow_failures,
                 "exit 0 even when a key failed or could not be stored on disk (default: exit 1)");

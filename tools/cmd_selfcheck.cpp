@@ -34,10 +34,12 @@ void add_selfcheck_command(CLI::App& app) {
     std::string cache_dir;
     bool json = false;
     uint64_t seed = 2026;
+    int device = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--cache-dir", o->cache_dir, "cache root (default: KDAJIT_CACHE_DIR, XDG, ~/.cache/kdajit)");
   cmd->add_option("--seed", o->seed, "random seed of the test data")->capture_default_str();
+  cmd->add_option("--device", o->device, "CUDA device ordinal the kernels run on")->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON report");
   cmd->callback([o] {
     // Under --json every outcome is one JSON object; a run that could not check
@@ -49,14 +51,14 @@ void add_selfcheck_command(CLI::App& app) {
       throw Failure("", kExitSkipped);
     };
     if (!gpu_available()) skip("no CUDA GPU on this machine");
+    const int ordinal = unwrap(checked_device_ordinal(o->device, "--device"));
     const DriverApi& api = *unwrap(driver());
-    CUdevice dev = 0;
+    const CUdevice dev = unwrap(device_for(api, ordinal));
     CUcontext ctx = nullptr;
-    if (CUresult r = api.cuDeviceGet(&dev, 0); r != CUDA_SUCCESS) unwrap(Status(cuda_error(api, r, "cuDeviceGet")));
     if (CUresult r = api.cuDevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS)
       unwrap(Status(cuda_error(api, r, "cuDevicePrimaryCtxRetain")));
     api.cuCtxSetCurrent(ctx);
-    const Arch arch = unwrap(local_arch(0));
+    const Arch arch = unwrap(local_arch(ordinal));
 
     // One runtime per route: each cached key runs with its own route.
     std::map<Route, std::unique_ptr<Runtime::Impl>> runtimes;
@@ -66,6 +68,7 @@ void add_selfcheck_command(CLI::App& app) {
         RuntimeOptions ro;
         ro.cache_dir = o->cache_dir;
         ro.route = std::string(to_string(route));
+        ro.device = ordinal;
         rt = unwrap(Runtime::Impl::create(ro));
       }
       return *rt;

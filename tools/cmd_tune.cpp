@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "kdajit/presets.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/tune/tune.hpp"
 
 namespace kdajit::cli {
@@ -38,7 +39,7 @@ void add_tune_command(CLI::App& app) {
       for (const auto& k : unwrap(preset_keys(p, kDefaultArch))) t.families.push_back(k);
     t.rows = o->rows;
     t.reps = o->reps;
-    t.device = o->device;
+    t.device = unwrap(checked_device_ordinal(o->device, "--device"));
     t.cache_dir = o->cache_dir;
     if (!o->json) t.progress = [](std::string_view line) { fmt::print("{}\n", line); };
     TuneReport r = unwrap(tune_routes(t));

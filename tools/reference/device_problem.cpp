@@ -8,14 +8,14 @@ namespace kdajit::ref {
 
 namespace {
 
-// The driver with a current context (device 0's primary one when there is none).
+// The driver with a current context: the caller's, else the only GPU's primary
+// one (device_for: on a machine of several GPUs the caller makes one current).
 Result<const DriverApi*> driver_with_context() {
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   CUcontext ctx = nullptr;
   KDAJIT_TRY(cu_check(*api, api->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
   if (!ctx) {
-    CUdevice dev = 0;
-    KDAJIT_TRY(cu_check(*api, api->cuDeviceGet(&dev, 0), "cuDeviceGet(0)"));
+    KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, -1));
     KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
     KDAJIT_TRY(cu_check(*api, api->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
   }

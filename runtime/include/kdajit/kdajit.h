@@ -229,7 +229,8 @@ typedef struct kdajit_config {
   kdajit_gate_t gate;
   /* sm_90, sm_90a, sm_100a, sm_103a or sm_120a (another "sm_NN" name: UNSUPPORTED). */
   const char* arch;        /* e.g. "sm_90"; NULL: use device */
-  /* -1 with arch NULL: the current context's device, else device 0. */
+  /* -1 with arch NULL: the current context's device; with none, the only GPU
+   * (INVALID_ARGUMENT on a machine of several: name an ordinal). */
   int32_t device;          /* used when arch is NULL: a CUDA device ordinal */
   /* The promise the calls will make (§3); the selector's input. */
   kdajit_indices_mode_t state_indices_mode;

@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kdajit/dl_symbol.hpp"
 
@@ -92,6 +94,26 @@ bool gpu_available() {
   return (*d)->cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
 }
 
+Result<int> device_count(const DriverApi& api) {
+  int n = 0;
+  KDAJIT_TRY(cu_check(api, api.cuDeviceGetCount(&n), "cuDeviceGetCount"));
+  return n;
+}
+
+Result<int> checked_device_ordinal(int device, std::string_view argument) {
+  auto api = driver();
+  int n = 0;
+  if (api) {
+    auto count = device_count(**api);
+    if (count) n = *count;
+  }
+  if (n == 0) return Error(ErrorCode::cuda, fmt::format("{}: no CUDA GPU on this machine", argument));
+  if (device < 0 || device >= n)
+    return invalid_argument(fmt::format("{}: expected a device ordinal in 0..{} (this machine has {} GPU{}), got {}",
+                                        argument, n - 1, n, n == 1 ? "" : "s", device));
+  return device;
+}
+
 Result<CUdevice> device_for(const DriverApi& api, int device) {
   CUdevice dev = 0;
   if (device >= 0) {
@@ -103,6 +125,14 @@ Result<CUdevice> device_for(const DriverApi& api, int device) {
     KDAJIT_TRY(cu_check(api, api.cuCtxGetDevice(&dev), "cuCtxGetDevice"));
     return dev;
   }
+  // No context: the only GPU is the device meant; among several, none is.
+  KDAJIT_TRY_ASSIGN(int n, device_count(api));
+  if (n == 0) return Error(ErrorCode::cuda, "CUDA driver: no CUDA GPU on this machine");
+  if (n > 1)
+    return invalid_argument(fmt::format(
+        "device: -1 means the device of the current CUDA context, and no context is current on this machine of {} "
+        "GPUs; make one current (cudaSetDevice) or name a device ordinal in 0..{}",
+        n, n - 1));
   KDAJIT_TRY(cu_check(api, api.cuDeviceGet(&dev, 0), "cuDeviceGet(0)"));
   return dev;
 }
@@ -126,19 +156,40 @@ Result<DeviceTraits> device_traits(const DriverApi& api, CUdevice dev, std::opti
 
 Result<Arch> local_arch(int device) {
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
-  KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, device));
-  KDAJIT_TRY_ASSIGN(DeviceTraits t, device_traits(*api, dev, std::nullopt));
-  return t.arch;
+  CUcontext ctx = nullptr;
+  const bool current = api->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx;
+  if (device >= 0 || current) {
+    KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, device));
+    KDAJIT_TRY_ASSIGN(DeviceTraits t, device_traits(*api, dev, std::nullopt));
+    return t.arch;
+  }
+  // No device named and no context: the arch every GPU shares (a node of one kind).
+  KDAJIT_TRY_ASSIGN(int n, device_count(*api));
+  if (n == 0) return Error(ErrorCode::cuda, "CUDA driver: no CUDA GPU on this machine");
+  std::vector<Arch> archs;
+  std::vector<std::string> seen;
+  for (int i = 0; i < n; ++i) {
+    KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, i));
+    KDAJIT_TRY_ASSIGN(DeviceTraits t, device_traits(*api, dev, std::nullopt));
+    archs.push_back(t.arch);
+    seen.push_back(fmt::format("{}: {}", i, to_string(t.arch)));
+  }
+  for (Arch a : archs)
+    if (a != archs.front())
+      return invalid_argument(fmt::format(
+          "device: the GPUs of this machine have different archs ({}); name a device ordinal or an arch",
+          fmt::join(seen, ", ")));
+  return archs.front();
 }
 
-Status check_cubin_loads(std::string_view cubin, std::string_view entry) {
+Status check_cubin_loads(std::string_view cubin, std::string_view entry, int device) {
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   CUcontext ctx = nullptr;
-  api->cuCtxGetCurrent(&ctx);
+  if (device < 0) api->cuCtxGetCurrent(&ctx);
   CUdevice dev = 0;
   bool retained = false;
   if (!ctx) {
-    KDAJIT_TRY(cu_check(*api, api->cuDeviceGet(&dev, 0), "cuDeviceGet(0)"));
+    KDAJIT_TRY_ASSIGN(dev, device_for(*api, device));
     KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
     retained = true;
   }

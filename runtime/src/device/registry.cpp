@@ -27,6 +27,12 @@ std::optional<LoadedKernel> KernelRegistry::find(CUcontext ctx, const KernelKey&
   return k->second;
 }
 
+size_t KernelRegistry::kernels_in(CUcontext ctx) const {
+  std::shared_lock lock(mu_);
+  auto it = contexts_.find(ctx);
+  return it == contexts_.end() ? 0 : it->second.size();
+}
+
 Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, bool allow_build) {
   std::lock_guard load_lock(load_mu_);
   if (auto k = find(ctx, key)) return *k;  // loaded meanwhile
@@ -50,6 +56,7 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   CUmodule mod = nullptr;
   KDAJIT_TRY(cu_check(*api, api->cuModuleLoadData(&mod, found.entry->cubin.data()),
                       fmt::format("cuModuleLoadData({})", key_name(key))));
+  module_loads_.fetch_add(1, std::memory_order_relaxed);
   LoadedKernel k;
   const std::string entry(entry_name(key.op));
   if (Status s = cu_check(*api, api->cuModuleGetFunction(&k.function, mod, entry.c_str()),

@@ -80,19 +80,31 @@ inline Status cu_check(const DriverApi& api, CUresult r, std::string_view what) 
   return cuda_error(api, r, what);
 }
 
-// Loads a cubin into the current (or device 0's primary) context and unloads it:
-// for `kdajit verify --load`.
-Status check_cubin_loads(std::string_view cubin, std::string_view entry);
+// Loads a cubin into a context and unloads it, for `kdajit verify --load`: the
+// primary context of `device` (an ordinal), or for -1 the current context (the
+// only GPU's primary one when none is current, as device_for says).
+Status check_cubin_loads(std::string_view cubin, std::string_view entry, int device = -1);
 
 // What the selector knows of a device (arch, SM count), read once per context
 // by the registry. The arch is `arch_override` when set.
 Result<DeviceTraits> device_traits(const DriverApi& api, CUdevice dev, std::optional<Arch> arch_override);
 
-// The arch kdajit targets on a device (ordinal, or -1 as device_for says).
+// The arch kdajit targets on a device: an ordinal, or -1 for the current
+// context's device, and with no context the arch all GPUs share (an error
+// naming each GPU's arch when they differ).
 Result<Arch> local_arch(int device = -1);
 
-// The device of ordinal >= 0, or -1 for the device of the current context
-// (device 0 when there is none).
+// The device of ordinal >= 0, or -1 for the device of the current context. With
+// no current context -1 is the only GPU; on a machine of several it is an
+// invalid_argument error asking for an ordinal: never device 0 by accident.
 Result<CUdevice> device_for(const DriverApi& api, int device);
+
+// The number of CUDA devices the driver sees.
+Result<int> device_count(const DriverApi& api);
+
+// `device` when it is an ordinal of this machine's GPUs. Else an error naming
+// `argument`: Error{cuda} "no CUDA GPU on this machine" when there is none (any
+// index), invalid_argument with the valid range otherwise.
+Result<int> checked_device_ordinal(int device, std::string_view argument);
 
 }  // namespace kdajit
