@@ -95,7 +95,6 @@ json cache_json(const CommonOpts& o) {
                       {"state", to_string(l.state)},
                       {"reason", json_text(l.reason)},
                       {"writable", l.state == LayerState::read_write},
-                      {"system", l.system},
                       {"entries", 0},
                       {"bytes", 0},
                       {"entries_per_arch", json::object()},
@@ -104,6 +103,10 @@ json cache_json(const CommonOpts& o) {
   for (const auto& e : cache->list_entries()) {
     if (e.layer >= layers.size()) continue;
     json& l = layers[e.layer];
+    if (!e.key) {  // a linked <arch>/ directory: untrusted, not an entry
+      l["untrusted"] = l["untrusted"].get<size_t>() + 1;
+      continue;
+    }
     l["entries"] = l["entries"].get<size_t>() + 1;
     l["bytes"] = l["bytes"].get<uint64_t>() + e.bytes;
     std::string arch = e.key ? std::string(to_string(e.key->arch)) : "?";
