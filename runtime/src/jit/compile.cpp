@@ -1,6 +1,7 @@
 #include "kdajit/runtime/jit/compile.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <regex>
 
 #include <fmt/format.h>
@@ -113,7 +114,7 @@ Result<CompiledKernel> compile(const BuildInputs& in) {
   if (api.nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.log.resize(log_size);
     if (api.nvrtcGetProgramLog(prog, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
-    else out.log.resize(log_size - 1);  // drop the NUL
+    else out.log.resize(std::strlen(out.log.c_str()));  // the text up to its first NUL, never a NUL itself
   }
   if (cr != NVRTC_SUCCESS) {
     std::string detail = fmt::format("options: {}\nNVRTC {} ({})\n", fmt::join(in.options, " "), api.version, api.path);
