@@ -162,9 +162,8 @@ void print_text(const json& j) {
   for (const auto& l : c["layers"]) {
     std::vector<std::string> per_arch;
     for (const auto& [a, n] : l["entries_per_arch"].items()) per_arch.push_back(fmt::format("{} {}", a, n.dump()));
-    fmt::print("  layer {} {}  {}{}{}: {} entries{}, {} stale{}\n", ++i, s(l["path"]), s(l["state"]),
-               l["reason"].get<std::string>().empty() ? std::string() : " (" + s(l["reason"]) + ")",
-               l["system"].get<bool>() ? ", system layer" : "", l["entries"].dump(),
+    fmt::print("  layer {} {}  {}{}: {} entries{}, {} stale{}\n", ++i, s(l["path"]), s(l["state"]),
+               l["reason"].get<std::string>().empty() ? std::string() : " (" + s(l["reason"]) + ")", l["entries"].dump(),
                per_arch.empty() ? std::string() : fmt::format(" ({})", fmt::join(per_arch, ", ")), l["stale"].dump(),
                l["untrusted"].get<size_t>() ? fmt::format(", {} untrusted", l["untrusted"].dump()) : std::string());
   }

@@ -247,6 +247,7 @@ std::string DiskStore::unwritable_reason() const {
   for (const char* sub : {"tmp", "locks"}) {
     struct stat sub_st {};
     if (::fstatat(fd, sub, &sub_st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // a writer creates it
+    if (S_ISLNK(sub_st.st_mode)) return fmt::format("is not writable ({} is a symbolic link)", path_of(sub));
     if (!S_ISDIR(sub_st.st_mode) || sub_st.st_uid != euid_ || (sub_st.st_mode & (S_IWGRP | S_IWOTH)))
       return fmt::format("is not writable ({} is not a private directory of this user)", path_of(sub));
   }

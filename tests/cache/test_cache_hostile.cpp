@@ -45,7 +45,11 @@ TEST_CASE("opening a cache removes only kdajit's own old staging dirs", "[cache]
   std::string root = scratch / "cache";
   FakeBuild fb(key_h(16));
   { KernelCache cache(opts(root)); }
-  // The issue's reproducer: an operator's note in tmp/, two hours old.
+  // The issue's reproducer: an operator's note in tmp/, two hours old (opening
+  // creates the root, not tmp/: a writer does when it first stages an entry).
+  CHECK(!fs::exists(root + "/tmp"));
+  fs::create_directory(root + "/tmp");
+  ::chmod((root + "/tmp").c_str(), 0700);
   write_text(root + "/tmp/notes", "x");
   fs::create_directories(root + "/tmp/other.XyZ123");
   write_text(root + "/tmp/other.XyZ123/keep", "x");

@@ -291,7 +291,7 @@ TEST_CASE("a chmod 555 layer is read by every verb and written by none", "[cli][
   };
   Run env = cli({"env", "--json", "--cache-dir", a + ":" + b}, scratch.path());
   auto layers = parse_json(env)["cache"]["layers"];
-  CHECK(layers[0]["state"] == "read_only");
+  CHECK(layers[0]["state"] == "read-only");
   CHECK(layers[0]["reason"] == "is not writable (mode 0555)");
   Run warm = cli({"prewarm", "--cache-dir", a + ":" + b, "--manifest", key_file(k2)}, scratch.path());
   INFO(warm.out << warm.err);
