@@ -452,6 +452,7 @@ TEST_CASE("stale staging dirs are swept by age unless their key lock is held", "
   fs::create_directories(root / ("tmp/" + stem + ".AbCdEf"));
   write_text(root / ("tmp/" + stem + ".AbCdEf/kernel.cu"), "partial");
   fs::create_directories(root / "tmp/other.XyZ123");
+  fs::create_directories(root / "locks");  // as a writer leaves it (opening creates neither)
 
   SECTION("younger than the age limit: kept") {
     KernelCache cache(opts(root.path()));  // default: one hour
