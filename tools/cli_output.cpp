@@ -27,12 +27,12 @@ void write_stderr(const std::string& s) {
 }  // namespace
 
 void print_error(std::string_view message, std::string_view detail) {
-  std::string out = "kdajit: error: " + printable(message, 2000) + "\n";
+  std::string out = "kdajit: error: " + printable_line(message, 2000) + "\n";
   size_t start = 0;
   while (start < detail.size()) {
     size_t nl = detail.find('\n', start);
     if (nl == std::string_view::npos) nl = detail.size();
-    out += "  " + printable(detail.substr(start, nl - start), 4096) + "\n";
+    out += "  " + printable_line(detail.substr(start, nl - start), 4096) + "\n";
     start = nl + 1;
   }
   std::fflush(stderr);
@@ -101,7 +101,7 @@ void print_table(const std::vector<std::string>& header, const std::vector<std::
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : rows_in) {
     std::vector<std::string> cells;
-    for (const auto& c : r) cells.push_back(printable(c, 4096));
+    for (const auto& c : r) cells.push_back(printable_line(c, 4096));
     rows.push_back(std::move(cells));
   }
   std::vector<size_t> width(header.size());
@@ -126,7 +126,7 @@ void Progress::report(const std::string& text) {
   if (log_level() == LogLevel::quiet) return;
   std::lock_guard<std::mutex> g(mu_);
   ++done_;
-  std::string line = fmt::format("[{}/{}] {}", done_, total_, printable(text, 4096));
+  std::string line = fmt::format("[{}/{}] {}", done_, total_, printable_line(text, 4096));
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (done_ < total_ && (total_ >= 8 || elapsed >= 10)) {
     const double eta = elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <algorithm>
@@ -35,11 +36,43 @@ struct CompileRow {
   std::string error;
 };
 
-// Writes `bytes` to `path`, every step checked: a compile whose files could not
-// be written has failed.
-Status write_output(const std::string& path, std::string_view bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(errno)));
+std::string errno_text(int e) { return std::generic_category().message(e); }
+
+// mkdir -p where every directory it creates is 0700 whatever the umask: the
+// binaries of a compile are nobody else's to read or replace. Existing
+// directories are left as they are.
+Status create_private_dirs(const std::string& path) {
+  std::filesystem::path prefix;
+  for (const auto& part : std::filesystem::path(path)) {
+    prefix /= part;
+    if (::mkdir(prefix.c_str(), 0700) == 0) {
+      if (::chmod(prefix.c_str(), 0700) != 0)
+        return Error(ErrorCode::io, fmt::format("--out: cannot set the mode of {}: {}", quote(prefix.string()), errno_text(errno)));
+    } else if (errno != EEXIST) {
+      return Error(ErrorCode::io, fmt::format("--out: cannot create {}: {}", quote(prefix.string()), errno_text(errno)));
+    }
+  }
+  return {};
+}
+
+// Writes `bytes` as `name` in the open directory `dir_fd`: into a new file of its
+// own (O_CREAT|O_EXCL|O_NOFOLLOW: never an existing file, never through a link
+// someone planted), flushed, then renamed over `name`, which replaces a planted
+// link itself and never writes to its target. Every step checked: a compile whose
+// files could not be written has failed.
+Status write_output(int dir_fd, const std::string& dir, const std::string& name, std::string_view bytes) {
+  const std::string path = dir + "/" + name;
+  auto fail = [&](std::string_view what, int e) {
+    return Error(ErrorCode::io, fmt::format("--out: cannot {} {}: {}", what, quote(path), errno_text(e)));
+  };
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = fmt::format(".{}.{}.{}.tmp", name, ::getpid(), counter++);
+  int fd = ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail("write", errno);
+  auto drop = [&](std::string_view what, int e) {
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return fail(what, e);
+  };
   size_t off = 0;
   while (off < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
@@ -47,12 +80,17 @@ Status write_output(const std::string& path, std::string_view bytes) {
     if (n < 0) {
       int e = errno;
       ::close(fd);
-      return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(e)));
+      return drop("write", e);
     }
     off += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0)
-    return Error(ErrorCode::io, fmt::format("--out: cannot write {}: {}", path, std::generic_category().message(errno)));
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    return drop("write", e);
+  }
+  if (::close(fd) != 0) return drop("write", errno);
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) return drop("write", errno);
   return {};
 }
 
@@ -112,14 +150,21 @@ void add_compile_commands(CLI::App& app) {
     std::set<Arch> archs;
     for (const auto& r : rows) archs.insert(r.key.arch);
     warn_if_not_runtime_arch("compile", archs);
+    int out_fd = -1;
     if (!o->out.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(o->out, ec);
-      if (ec || !std::filesystem::is_directory(o->out))
-        throw Failure(fmt::format("--out: expected a directory that can be created, got '{}'{}", quote(o->out),
-                                  ec ? " (" + ec.message() + ")" : std::string(" (not a directory)")),
+      Status made = create_private_dirs(o->out);
+      out_fd = made ? ::open(o->out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+      if (out_fd < 0)
+        throw Failure(fmt::format("--out: expected a directory that can be created, got '{}' ({})", quote(o->out),
+                                  made ? errno_text(errno) : made.error().message),
                       kExitUsage);
     }
+    struct CloseOut {
+      int fd;
+      ~CloseOut() {
+        if (fd >= 0) ::close(fd);
+      }
+    } close_out{out_fd};
 
     std::mutex print_mu;
     parallel_for(rows.size(), o->jobs, [&](size_t i) {
@@ -128,8 +173,8 @@ void add_compile_commands(CLI::App& app) {
       auto ck = in ? compile(*in) : Result<CompiledKernel>(in.error());
       Status written;
       if (ck && !o->out.empty()) {
-        written = write_output(fmt::format("{}/{}.cubin", o->out, key_name(row.key)), ck->cubin);
-        if (written) written = write_output(fmt::format("{}/{}.cu", o->out, key_name(row.key)), in->source);
+        written = write_output(out_fd, o->out, key_name(row.key) + ".cubin", ck->cubin);
+        if (written) written = write_output(out_fd, o->out, key_name(row.key) + ".cu", in->source);
       }
       std::lock_guard lock(print_mu);
       if (!ck || !written) {

@@ -97,7 +97,6 @@ json cache_json(const CommonOpts& o) {
                       {"state", to_string(l.state)},
                       {"reason", json_text(l.reason)},
                       {"writable", l.state == LayerState::read_write},
-                      {"system", l.system},
                       {"entries", 0},
                       {"bytes", 0},
                       {"entries_per_arch", json::object()},
@@ -106,6 +105,10 @@ json cache_json(const CommonOpts& o) {
   for (const auto& e : cache->list_entries()) {
     if (e.layer >= layers.size()) continue;
     json& l = layers[e.layer];
+    if (!e.key) {  // a linked <arch>/ directory: untrusted, not an entry
+      l["untrusted"] = l["untrusted"].get<size_t>() + 1;
+      continue;
+    }
     l["entries"] = l["entries"].get<size_t>() + 1;
     l["bytes"] = l["bytes"].get<uint64_t>() + e.bytes;
     std::string arch = e.key ? std::string(to_string(e.key->arch)) : "?";
@@ -161,9 +164,8 @@ void print_text(const json& j) {
   for (const auto& l : c["layers"]) {
     std::vector<std::string> per_arch;
     for (const auto& [a, n] : l["entries_per_arch"].items()) per_arch.push_back(fmt::format("{} {}", a, n.dump()));
-    fmt::print("  layer {} {}  {}{}{}: {} entries{}, {} stale{}\n", ++i, s(l["path"]), s(l["state"]),
-               l["reason"].get<std::string>().empty() ? std::string() : " (" + s(l["reason"]) + ")",
-               l["system"].get<bool>() ? ", system layer" : "", l["entries"].dump(),
+    fmt::print("  layer {} {}  {}{}: {} entries{}, {} stale{}\n", ++i, s(l["path"]), s(l["state"]),
+               l["reason"].get<std::string>().empty() ? std::string() : " (" + s(l["reason"]) + ")", l["entries"].dump(),
                per_arch.empty() ? std::string() : fmt::format(" ({})", fmt::join(per_arch, ", ")), l["stale"].dump(),
                l["untrusted"].get<size_t>() ? fmt::format(", {} untrusted", l["untrusted"].dump()) : std::string());
   }

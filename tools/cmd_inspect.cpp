@@ -169,7 +169,7 @@ void add_verify(CLI::App& app) {
         stale += v.stale;
         continue;
       }
-      Bad b{key_name(*e.key), e.dir, v.reason, false, v.untrusted};
+      Bad b{e.key ? key_name(*e.key) : json_text(e.dir_name), e.dir, v.reason, false, v.untrusted};
       if (!v.untrusted) {  // never another user's files
         Status removed = cache->remove_entry(e);
         b.removed = removed.ok();

@@ -35,14 +35,18 @@ void add_prune(CLI::App& app) {
   auto* cmd = app.add_subcommand("prune", "Remove least recently used entries down to a size");
   struct Opts {
     CommonOpts common;
-    uint64_t max_bytes = 0;
+    std::string max_bytes;
   };
   auto o = std::make_shared<Opts>();
   add_common(cmd, o->common);
   auto* max_opt = cmd->add_option("--max-bytes", o->max_bytes, "size to prune to (default: KDAJIT_CACHE_MAX_BYTES)");
   cmd->callback([o, max_opt] {
-    uint64_t max_bytes = o->max_bytes;
-    if (max_opt->count() == 0) {
+    uint64_t max_bytes = 0;
+    if (max_opt->count() > 0) {
+      auto n = parse_byte_count(o->max_bytes, "prune --max-bytes");
+      if (!n) throw Failure(n.error().message, kExitUsage);
+      max_bytes = *n;
+    } else {
       if (!environment().cache_max_bytes)
         throw Failure("prune: expected --max-bytes N (or KDAJIT_CACHE_MAX_BYTES)", kExitUsage);
       max_bytes = *environment().cache_max_bytes;

@@ -156,6 +156,12 @@ Selection select_keys(const Opts& o) {
     throw Failure("prewarm: expected --preset NAME, --manifest FILE or a key pattern (--heads ...)", kExitUsage);
   std::sort(s.keys.begin(), s.keys.end());
   s.keys.erase(std::unique(s.keys.begin(), s.keys.end()), s.keys.end());
+  if (s.keys.empty()) throw Failure("prewarm: the presets, manifests and flags given name no keys", kExitUsage);
+  if (s.keys.size() > kMaxKeys)
+    throw Failure(fmt::format("prewarm: the selection names {} keys, more than {} (the most one run takes); split it "
+                              "over several runs",
+                              s.keys.size(), kMaxKeys),
+                  kExitUsage);
   for (const auto& k : s.keys) s.archs.insert(k.arch);
   return s;
 }

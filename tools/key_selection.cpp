@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -156,7 +157,7 @@ json flags_pattern(const std::map<std::string, std::vector<std::string>>& flags)
   return p;
 }
 
-Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch) {
+Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, size_t max_keys, bool* too_many_keys) {
   if (!obj.is_object())
     return invalid_argument(fmt::format("expected a key name (string) or a key pattern (object), got {}", excerpt(obj)));
   const auto& fields = key_fields();
@@ -184,21 +185,27 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch) 
       std::find(values["t"].begin(), values["t"].end(), json(1)) == values["t"].end())
     return invalid_argument(fmt::format("field 't': op single takes only t=1, got {}", excerpt(json(values["t"]))));
 
-  // The cartesian product; a single key takes t=1 whatever the pattern says.
+  // The cartesian product, counted like an odometer so that a pattern past
+  // max_keys stops there; a single key takes t=1 whatever the pattern says.
+  std::vector<std::string> product_fields;
+  for (const auto& f : fields)
+    if (f != "t") product_fields.push_back(f);
   std::vector<KernelKey> out;
-  std::vector<json> partial = {json::object()};
-  for (const auto& f : fields) {
-    if (f == "t") continue;
-    std::vector<json> next;
-    for (const auto& p : partial)
-      for (const auto& v : values[f]) {
-        json q = p;
-        q[f] = v;
-        next.push_back(std::move(q));
-      }
-    partial = std::move(next);
-  }
-  for (auto& p : partial) {
+  std::vector<size_t> pos(product_fields.size(), 0);
+  const auto too_many = [&] {
+    if (too_many_keys) *too_many_keys = true;
+    return invalid_argument(fmt::format("the pattern expands to more than {} keys (the most one run takes); name fewer "
+                                        "values, or split it over several runs",
+                                        max_keys));
+  };
+  for (bool more = true; more;) {
+    json p = json::object();
+    for (size_t i = 0; i < product_fields.size(); ++i) p[product_fields[i]] = values[product_fields[i]][pos[i]];
+    for (size_t i = product_fields.size(); i-- > 0;) {  // advance the odometer
+      if (++pos[i] < values[product_fields[i]].size()) break;
+      pos[i] = 0;
+      if (i == 0) more = false;
+    }
     const bool single = p["op"] == json(to_string(Op::single));
     // A route the pattern did not name is every route that serves the key's op.
     if (!obj.contains("route")) {
@@ -210,6 +217,7 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch) 
       p["t"] = t;
       auto k = key_from_json(p);
       if (!k) return field_error("t", k.error());
+      if (out.size() == max_keys) return too_many();
       out.push_back(*k);
     }
   }
@@ -225,26 +233,52 @@ Result<ManifestKeys> manifest_keys(const std::string& path, Arch default_arch) {
   if (!doc->is_array())
     return invalid_argument(fmt::format(
         "{}: expected a JSON array of key names, key objects or key patterns, got a JSON {}", where, doc->type_name()));
+  if (doc->empty()) return invalid_argument(fmt::format("{}: expected at least one key name, key object or pattern, got []", where));
   ManifestKeys out;
+  // Deduplicated as they are expanded; bounded in distinct keys and in keys named.
+  std::unordered_set<KernelKey, KernelKeyHash> seen;
+  size_t mentions = 0;
   for (size_t i = 0; i < doc->size(); ++i) {
     const json& e = (*doc)[i];
     auto fail = [&](const Error& err) { return invalid_argument(fmt::format("{}: entry {}: {}", where, i + 1, err.message)); };
+    auto add = [&](const KernelKey& k) -> Status {
+      if (seen.insert(k).second) {
+        if (out.keys.size() == kMaxKeys)
+          return invalid_argument(fmt::format("the manifest expands to more than {} distinct keys (the most one run "
+                                              "takes); split it over several runs",
+                                              kMaxKeys));
+        out.keys.push_back(k);
+      }
+      return {};
+    };
+    const auto too_many_mentions = [&] {
+      return fail(invalid_argument(fmt::format("the manifest names more than {} keys counting repeats (at most {} "
+                                               "distinct keys, {} named in all)",
+                                               kMaxKeyMentions, kMaxKeys, kMaxKeyMentions)));
+    };
+    if (mentions >= kMaxKeyMentions) return too_many_mentions();
     if (e.is_string()) {
       auto k = parse_key_text(e.get<std::string>(), "key name");
       if (!k) return fail(k.error());
-      out.keys.push_back(*k);
+      ++mentions;
+      if (Status s = add(*k); !s) return fail(s.error());
       out.entries_with_arch.push_back({i + 1, {k->arch}});
       continue;
     }
-    auto keys = pattern_keys(e, default_arch);
+    const size_t budget = std::min(kMaxKeys, kMaxKeyMentions - mentions);
+    bool too_many = false;
+    auto keys = pattern_keys(e, default_arch, budget, &too_many);
+    if (!keys && too_many && budget < kMaxKeys) return too_many_mentions();
     if (!keys) return fail(keys.error());
+    mentions += keys->size();
     if (e.contains("arch")) {
       std::vector<Arch> archs;
       for (const auto& k : *keys)
         if (std::find(archs.begin(), archs.end(), k.arch) == archs.end()) archs.push_back(k.arch);
       out.entries_with_arch.push_back({i + 1, archs});
     }
-    out.keys.insert(out.keys.end(), keys->begin(), keys->end());
+    for (const auto& k : *keys)
+      if (Status s = add(k); !s) return fail(s.error());
   }
   return out;
 }

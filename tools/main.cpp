@@ -43,7 +43,16 @@ int main(int argc, char** argv) {
     print_error(fmt::format("expected a verb: {} (kdajit --help)", verb_list(app)));
     return kExitUsage;
   }
-  if (std::string first = argv[1]; !first.empty() && first[0] != '-') {
+  if (std::string first = argv[1]; first.size() > 1 && first[0] == '-') {
+    // Options before the verb: only --help and --version; CLI11 would say "A
+    // subcommand is required" for anything else.
+    const std::string name = first.substr(0, first.find('='));
+    if (name != "-h" && name != "--help" && name != "--version") {
+      print_error(fmt::format("unknown option '{}' before the verb; expected a verb first: {} (kdajit --help)",
+                              quote(first, 60), verb_list(app)));
+      return kExitUsage;
+    }
+  } else if (!first.empty() && first[0] != '-') {
     bool known = false;
     for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->check_name(first);
     if (!known) {

@@ -27,14 +27,36 @@ namespace kdajit::cache_detail {
 
 namespace {
 
+// A field of meta.json read with its exact JSON type: a boolean, a fraction or an
+// out-of-range number is never taken for an integer, nor a number for a string.
 template <class T>
 Result<T> meta_field(const nlohmann::json& meta, const char* name) {
   auto it = meta.find(name);
   if (it == meta.end()) return Error(ErrorCode::cache, fmt::format("meta.json has no field '{}'", name));
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    return Error(ErrorCode::cache, fmt::format("meta.json field '{}' has the wrong type", name));
+  auto wrong = [&](std::string_view expected) {
+    return Error(ErrorCode::cache, fmt::format("meta.json field '{}' has the wrong type (expected {}, got {})", name,
+                                               expected, printable(it->dump(-1, ' ', false,
+                                                                            nlohmann::json::error_handler_t::replace),
+                                                                   40)));
+  };
+  if constexpr (std::is_same_v<T, int>) {
+    if (!it->is_number_integer()) return wrong("an integer");
+    if (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)
+                                 : (it->get<int64_t>() < INT32_MIN || it->get<int64_t>() > INT32_MAX))
+      return wrong("an integer");
+    return static_cast<int>(it->get<int64_t>());
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return wrong("a string");
+    return it->get<std::string>();
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::string>>);
+    if (!it->is_array()) return wrong("a list of strings");
+    T out;
+    for (const auto& v : *it) {
+      if (!v.is_string()) return wrong("a list of strings");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
   }
 }
 
@@ -45,10 +67,9 @@ struct EntryRead {
 };
 
 // A file of the entry, read through its open directory: a problem is the reason.
-Result<std::string> read_entry_file(int entry_fd, const char* name, size_t max, uid_t euid, bool system,
-                                    LoadStatus* status) {
+Result<std::string> read_entry_file(int entry_fd, const char* name, size_t max, uid_t euid, LoadStatus* status) {
   Problem p;
-  Fd fd = open_checked(entry_fd, name, false, euid, system, &p);
+  Fd fd = open_checked(entry_fd, name, false, euid, /*system=*/false, &p);
   if (!fd) {
     *status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
     return Error(ErrorCode::cache, fmt::format("{} {}", name, p.why));
@@ -63,14 +84,14 @@ Result<std::string> read_entry_file(int entry_fd, const char* name, size_t max, 
 // cubin matches its checksum, and the stored source and inputs hash to the entry's
 // hash. The reason says what failed.
 EntryRead read_entry(int entry_fd, const std::string& dir, const KernelKey& key, std::string_view expected_hash,
-                     uid_t euid, bool system) {
+                     uid_t euid) {
   EntryRead out;
   auto fail = [&](std::string why) {
     out.reason = std::move(why);
     return out;
   };
   LoadStatus st = LoadStatus::corrupt;
-  auto meta_text = read_entry_file(entry_fd, kMetaFile, kMaxMetaBytes, euid, system, &st);
+  auto meta_text = read_entry_file(entry_fd, kMetaFile, kMaxMetaBytes, euid, &st);
   if (!meta_text) {
     out.status = st;
     return fail(meta_text.error().message);
@@ -101,14 +122,14 @@ EntryRead read_entry(int entry_fd, const std::string& dir, const KernelKey& key,
     return fail(fmt::format("meta.json names hash {}, expected {}", printable(hash->substr(0, kShortHashLen)),
                             expected_hash.substr(0, kShortHashLen)));
 
-  auto cubin = read_entry_file(entry_fd, kCubinFile, kMaxCubinBytes, euid, system, &st);
+  auto cubin = read_entry_file(entry_fd, kCubinFile, kMaxCubinBytes, euid, &st);
   if (!cubin) {
     out.status = st;
     return fail(cubin.error().message);
   }
   if (sha256_hex(*cubin) != *cubin_sha)
     return fail(fmt::format("kernel.cubin ({} bytes) does not match its checksum (truncated or modified)", cubin->size()));
-  auto source = read_entry_file(entry_fd, kSourceFile, kMaxSourceBytes, euid, system, &st);
+  auto source = read_entry_file(entry_fd, kSourceFile, kMaxSourceBytes, euid, &st);
   if (!source) {
     out.status = st;
     return fail(source.error().message);
@@ -117,7 +138,7 @@ EntryRead read_entry(int entry_fd, const std::string& dir, const KernelKey& key,
     return fail("kernel.cu and the build inputs in meta.json do not hash to the entry's hash");
   // last_used is written on every hit: it must be a file of the entry, never a link.
   Problem p;
-  Fd stamp = open_checked(entry_fd, kLastUsedFile, false, euid, system, &p);
+  Fd stamp = open_checked(entry_fd, kLastUsedFile, false, euid, /*system=*/false, &p);
   if (!stamp && p.kind != Problem::missing) {
     out.status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
     return fail(fmt::format("{} {}", kLastUsedFile, p.why));
@@ -193,66 +214,67 @@ void DiskStore::open_root(const Options& options) {
   }
   root_fd_ = Fd(fd);
   struct stat st {};
-  struct statvfs vfs {};
   if (::fstat(fd, &st) != 0) {
     state_ = LayerState::unusable;
     reason_ = "cannot be examined: " + errno_text(errno);
     return;
   }
-  const bool read_only_fs = ::fstatvfs(fd, &vfs) == 0 && (vfs.f_flag & ST_RDONLY);
-  system_ = st.st_uid == 0 && read_only_fs;
-  if (!system_) {
-    if (std::string why = distrust(st, euid_); !why.empty()) {
-      state_ = LayerState::untrusted;
-      reason_ = "is " + why;
-      return;
-    }
-  }
-  if (read_only_fs) {
-    state_ = LayerState::read_only;
-    reason_ = "is on a read-only file system";
+  // A read-only mount proves nothing about who can write the files underneath (a
+  // bind mount of a writable tree): every layer is trust-checked the same way.
+  if (std::string why = distrust(st, euid_); !why.empty()) {
+    state_ = LayerState::untrusted;
+    reason_ = "is " + why;
     return;
   }
-  state_ = check_writable(options.writable) ? LayerState::read_write : LayerState::read_only;
+  reason_ = unwritable_reason();
+  state_ = reason_.empty() ? LayerState::read_write : LayerState::read_only;
 }
 
-// probe: create tmp/ and locks/ and prove a directory can be made there (mkdir
-// itself, not access(): access() says yes to root on a read-only mount). Without
-// probe nothing is created: the answer is what a writer would find.
-bool DiskStore::check_writable(bool probe) {
+// Decided by the root as it is now (its owner, its mode, the mount) and nothing
+// else: an existing tmp/ proves nothing. A root without its owner's write bit
+// (`chmod 555`) is read-only for its owner and for root alike, although root's
+// access() would say yes. Creates nothing.
+std::string DiskStore::unwritable_reason() const {
   const int fd = root_fd_.get();
-  if (probe) {
-    for (const char* sub : {"tmp", "locks"}) {
-      auto d = ensure_dir_at(fd, sub, kPrivateDirMode, euid_, /*allow_root_owner=*/false, path_of(sub));
-      if (!d) {
-        reason_ = "is not writable (" + d.error().message + ")";
-        return false;
-      }
-    }
-    Problem p;
-    Fd tmp = open_checked(fd, "tmp", true, euid_, false, &p);
-    auto name = tmp ? make_temp_dir_at(tmp.get(), "probe", path_of("tmp"))
-                    : Result<std::string>(Error(ErrorCode::io, path_of("tmp") + " " + p.why));
-    if (!name) {
-      reason_ = "is not writable (" + name.error().message + ")";
-      return false;
-    }
-    ::unlinkat(tmp.get(), name->c_str(), AT_REMOVEDIR);
-    return true;
-  }
-  if (::faccessat(fd, ".", W_OK | X_OK, AT_EACCESS) != 0) {
-    reason_ = "is not writable (" + errno_text(errno) + ")";
-    return false;
-  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "cannot be examined: " + errno_text(errno);
+  if (st.st_uid != euid_) return fmt::format("is not writable (owned by uid {}, not by this user)", st.st_uid);
+  if ((st.st_mode & (S_IWUSR | S_IXUSR)) != (S_IWUSR | S_IXUSR))
+    return fmt::format("is not writable (mode {:04o})", st.st_mode & 07777);
+  struct statvfs vfs {};
+  if (::fstatvfs(fd, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) return "is on a read-only file system";
+  if (::faccessat(fd, ".", W_OK | X_OK, AT_EACCESS) != 0) return "is not writable (" + errno_text(errno) + ")";
   for (const char* sub : {"tmp", "locks"}) {
-    struct stat st {};
-    if (::fstatat(fd, sub, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // a writer creates it
-    if (!S_ISDIR(st.st_mode) || st.st_uid != euid_ || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-      reason_ = fmt::format("is not writable ({} is not a private directory of this user)", path_of(sub));
-      return false;
-    }
+    struct stat sub_st {};
+    if (::fstatat(fd, sub, &sub_st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // a writer creates it
+    if (S_ISLNK(sub_st.st_mode)) return fmt::format("is not writable ({} is a symbolic link)", path_of(sub));
+    if (!S_ISDIR(sub_st.st_mode) || sub_st.st_uid != euid_ || (sub_st.st_mode & (S_IWGRP | S_IWOTH)))
+      return fmt::format("is not writable ({} is not a private directory of this user)", path_of(sub));
   }
-  return true;
+  return {};
+}
+
+bool DiskStore::is_cache_root() const {
+  if (!readable()) return false;
+  auto names = dir_names(root_fd_.get());
+  if (names.empty()) return true;
+  for (const auto& name : names)
+    if (name == "tmp" || name == "locks" || parse_arch(name)) return true;
+  return false;
+}
+
+std::string DiskStore::distrust_entry(std::string_view arch_sv, std::string_view name_sv) const {
+  const std::string arch(arch_sv), name(name_sv);
+  Problem p;
+  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, /*system=*/false, &p);
+  if (!arch_fd) return p.kind == Problem::untrusted ? fmt::format("{} {}", path_of(arch), p.why) : std::string();
+  Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/false, &p);
+  if (!entry_fd) return p.kind == Problem::untrusted ? "the entry directory " + p.why : std::string();
+  for (const char* file : {kMetaFile, kCubinFile, kSourceFile, kLastUsedFile}) {
+    Fd f = open_checked(entry_fd.get(), file, false, euid_, /*system=*/false, &p);
+    if (!f && p.kind == Problem::untrusted) return fmt::format("{} {}", file, p.why);
+  }
+  return {};
 }
 
 std::string DiskStore::entry_dir(const KernelKey& key, std::string_view hash) const {
@@ -263,18 +285,17 @@ LoadResult DiskStore::load(const KernelKey& key, std::string_view hash) const {
   LoadResult out;
   if (!readable()) return out;
   const std::string arch(to_string(key.arch));
-  Problem p;
-  // A missing, foreign or linked <arch> holds no entry (ls reports it as foreign).
-  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, system_, &p);
-  if (!arch_fd) {
-    if (p.kind == Problem::untrusted) {
-      out.status = LoadStatus::untrusted;
-      out.reason = fmt::format("{} {}", path_of(arch), p.why);
-    }
+  const std::string name = entry_stem(key, hash);
+  // The verdict every verb uses (distrust_entry), before anything is read.
+  if (std::string why = distrust_entry(arch, name); !why.empty()) {
+    out.status = LoadStatus::untrusted;
+    out.reason = std::move(why);
     return out;
   }
-  const std::string name = entry_stem(key, hash);
-  Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, system_, &p);
+  Problem p;
+  Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, /*system=*/false, &p);
+  if (!arch_fd) return out;  // missing, or not a directory: holds no entry (ls reports it as foreign)
+  Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/false, &p);
   if (!entry_fd) {
     if (p.kind == Problem::missing) return out;
     out.status = p.kind == Problem::untrusted ? LoadStatus::untrusted : LoadStatus::corrupt;
@@ -282,7 +303,7 @@ LoadResult DiskStore::load(const KernelKey& key, std::string_view hash) const {
                                                                               : "the entry directory " + p.why;
     return out;
   }
-  auto read = read_entry(entry_fd.get(), entry_dir(key, hash), key, hash, euid_, system_);
+  auto read = read_entry(entry_fd.get(), entry_dir(key, hash), key, hash, euid_);
   out.status = read.status;
   out.reason = std::move(read.reason);
   out.entry = std::move(read.entry);
@@ -330,6 +351,9 @@ Result<KeyLock> DiskStore::lock(const KernelKey& key, std::string_view hash) con
 }
 
 Result<Staging> DiskStore::stage(const KernelKey& key, std::string_view hash) const {
+  // Writability is the root's as it is now: a layer made read-only while a process
+  // runs takes no more entries.
+  if (std::string why = unwritable_reason(); !why.empty()) return Error(ErrorCode::io, fmt::format("cache root {} {}", root_, why));
   Staging s;
   KDAJIT_TRY_ASSIGN(s.tmp, ensure_dir_at(root_fd_.get(), "tmp", kPrivateDirMode, euid_, false, path_of("tmp")));
   KDAJIT_TRY_ASSIGN(s.name, make_temp_dir_at(s.tmp.get(), entry_stem(key, hash), path_of("tmp")));
@@ -423,34 +447,48 @@ std::vector<CacheEntryInfo> DiskStore::list(bool with_meta) const {
   if (!readable()) return out;
   for (const auto& arch : dir_names(root_fd_.get())) {
     if (!parse_arch(arch)) continue;
+    struct stat arch_st {};
+    if (::fstatat(root_fd_.get(), arch.c_str(), &arch_st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISLNK(arch_st.st_mode)) {
+      // Its entries cannot be listed without following the link: one untrusted row
+      // for the whole directory, as load() finds every entry in it untrusted.
+      CacheEntryInfo info;
+      info.dir = path_of(arch);
+      info.dir_name = arch;
+      info.untrusted = path_of(arch) + " is a symbolic link";
+      out.push_back(std::move(info));
+      continue;
+    }
     Problem p;
     Fd arch_fd = open_checked(root_fd_.get(), arch.c_str(), true, euid_, /*system=*/true, &p);
     if (!arch_fd) continue;  // foreign
-    struct stat arch_st {};
-    ::fstat(arch_fd.get(), &arch_st);
-    const std::string arch_distrust = system_ ? std::string() : distrust(arch_st, euid_);
     for (const auto& name : dir_names(arch_fd.get())) {
       auto key = parse_entry_name(name, arch);
       if (!key) continue;
       struct stat st {};
-      if (::fstatat(arch_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
-      Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/true, &p);
+      if (::fstatat(arch_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (!S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) continue;  // foreign
       CacheEntryInfo info;
       info.dir = path_of(arch + "/" + name);
       info.dir_name = name;
       info.key = key;
-      if (!arch_distrust.empty()) info.untrusted = fmt::format("{} is {}", path_of(arch), arch_distrust);
-      else if (!system_) {
-        if (std::string why = distrust(st, euid_); !why.empty()) info.untrusted = "the entry directory is " + why;
+      info.last_used_ns = timespec_ns(st.st_mtim);
+      // One verdict for ls, env, verify, prune and the runtime's load().
+      info.untrusted = distrust_entry(arch, name);
+      if (S_ISLNK(st.st_mode)) {
+        out.push_back(std::move(info));
+        continue;
       }
+      Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/true, &p);
       if (entry_fd) {  // unreadable (mode 000): verify says why
         info.bytes = dir_bytes(entry_fd.get());
-        if (info.untrusted.empty()) info.last_used_ns = read_stamp(entry_fd.get(), euid_, system_);
+        if (info.untrusted.empty()) {
+          if (int64_t stamp = read_stamp(entry_fd.get(), euid_, /*system=*/false)) info.last_used_ns = stamp;
+        }
       }
-      if (info.last_used_ns == 0) info.last_used_ns = timespec_ns(st.st_mtim);
       if (with_meta && entry_fd && info.untrusted.empty()) {
         Problem mp;
-        Fd meta_fd = open_checked(entry_fd.get(), kMetaFile, false, euid_, system_, &mp);
+        Fd meta_fd = open_checked(entry_fd.get(), kMetaFile, false, euid_, /*system=*/false, &mp);
         auto text = meta_fd ? read_fd(meta_fd.get(), kMaxMetaBytes, kMetaFile) : Result<std::string>(Error());
         auto meta = text ? parse_json_bounded(*text) : Result<nlohmann::json>(Error());
         if (meta && meta->is_object()) {
@@ -470,8 +508,10 @@ std::vector<std::string> DiskStore::foreign() const {
   if (!readable()) return out;
   for (const auto& name : dir_names(root_fd_.get())) {
     struct stat st {};
-    bool dir = ::fstatat(root_fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    if (::fstatat(root_fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    const bool dir = S_ISDIR(st.st_mode);
     if ((name == "tmp" || name == "locks") && dir) continue;
+    if (parse_arch(name) && S_ISLNK(st.st_mode)) continue;  // an untrusted row of list()
     if (!parse_arch(name) || !dir) {
       out.push_back(path_of(name));
       continue;
@@ -481,23 +521,31 @@ std::vector<std::string> DiskStore::foreign() const {
     if (!arch_fd) continue;
     for (const auto& child : dir_names(arch_fd.get())) {
       struct stat cs {};
-      bool child_dir = ::fstatat(arch_fd.get(), child.c_str(), &cs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(cs.st_mode);
-      if (!parse_entry_name(child, name) || !child_dir) out.push_back(path_of(name + "/" + child));
+      if (::fstatat(arch_fd.get(), child.c_str(), &cs, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      const bool listed = parse_entry_name(child, name) && (S_ISDIR(cs.st_mode) || S_ISLNK(cs.st_mode));
+      if (!listed) out.push_back(path_of(name + "/" + child));
     }
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
+bool DiskStore::is_link_row(const CacheEntryInfo& e) const {
+  if (!e.key) return true;
+  struct stat st {};
+  const std::string rel = fmt::format("{}/{}", to_string(e.key->arch), e.dir_name);
+  return ::fstatat(root_fd_.get(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
 CacheVerifyResult DiskStore::verify(const CacheEntryInfo& info) const {
   CacheVerifyResult out;
-  if (!info.key) {
-    out.reason = "not an entry directory name";
-    return out;
-  }
   if (!info.untrusted.empty()) {
     out.untrusted = true;
     out.reason = "not trusted: " + info.untrusted;
+    return out;
+  }
+  if (!info.key) {
+    out.reason = "not an entry directory name";
     return out;
   }
   std::string_view short_hash = std::string_view(info.dir_name).substr(info.dir_name.size() - kShortHashLen);
@@ -557,7 +605,7 @@ CachePruneResult DiskStore::evict(uint64_t max_bytes, const std::string& keep) c
             [](const auto& a, const auto& b) { return a.last_used_ns < b.last_used_ns; });
   for (const auto& e : entries) {
     if (out.bytes_after <= max_bytes) break;
-    if (e.dir == keep || !e.key) continue;
+    if (e.dir == keep || is_link_row(e)) continue;
     if (Status s = take_away(to_string(e.key->arch), e.dir_name); !s) {
       log_debug("cannot evict {}: {}", e.dir, s.error().message);
       continue;
@@ -602,6 +650,7 @@ CachePruneResult DiskStore::clear() const {
   CachePruneResult out;
   if (state_ != LayerState::read_write) return out;
   for (const auto& e : list(/*with_meta=*/false)) {
+    if (is_link_row(e)) continue;  // a planted link: reported as untrusted, never removed
     out.bytes_before += e.bytes;
     Status s = take_away(to_string(e.key->arch), e.dir_name);
     if (s) {

@@ -51,16 +51,28 @@ class DiskStore {
     bool writable = true;  // false: never create or change anything
     std::chrono::seconds lock_patience = std::chrono::minutes(10);
   };
-  // Opens the root and decides its state (read_write needs a working tmp/ and locks/).
+  // Opens the root and decides its state; creates nothing but a missing root (create).
   DiskStore(std::string root, const Options& options);
 
   const std::string& root() const { return root_; }
   LayerState state() const { return state_; }
   const std::string& reason() const { return reason_; }
-  bool system() const { return system_; }
   bool readable() const { return state_ == LayerState::read_write || state_ == LayerState::read_only; }
 
   std::string entry_dir(const KernelKey& key, std::string_view hash) const;
+
+  // Why this user may not add entries to the layer now (the root's owner, mode and
+  // mount decide); empty when it may.
+  std::string unwritable_reason() const;
+  // Whether the root is empty or holds one of kdajit's names (<arch>/, tmp/, locks/):
+  // clear refuses a directory that is not a cache root.
+  bool is_cache_root() const;
+  // The one trust verdict on an entry, used by load(), list() (ls, env, verify) and
+  // so by every verb: why <arch>/, the entry directory or one of its files could
+  // have been written by someone other than this user or root (a link, another
+  // owner, a group- or world-writable mode); empty when it could not. A missing or
+  // broken path is not a trust matter (load() calls it corrupt).
+  std::string distrust_entry(std::string_view arch, std::string_view name) const;
 
   // A verified, trust-checked read of the entry for (key, hash).
   LoadResult load(const KernelKey& key, std::string_view hash) const;
@@ -95,14 +107,14 @@ class DiskStore {
 
  private:
   std::string path_of(std::string_view rel) const;
+  // A row of list() for a link planted under an entry's or an <arch>/ name.
+  bool is_link_row(const CacheEntryInfo& e) const;
   void open_root(const Options& options);
-  bool check_writable(bool probe);
 
   std::string root_;
   std::chrono::seconds lock_patience_;
   Fd root_fd_;
   uid_t euid_ = 0;
-  bool system_ = false;
   LayerState state_ = LayerState::missing;
   std::string reason_;
 };

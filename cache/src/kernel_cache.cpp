@@ -114,7 +114,7 @@ struct KernelCache::Impl {
       so.lock_patience = opt.lock_patience;
       auto store = std::make_unique<DiskStore>(path, so);
       if (store->state() == LayerState::read_write && writer == nullptr) writer = store.get();
-      layer_info.push_back({path, store->state(), store->reason(), store->system()});
+      layer_info.push_back({path, store->state(), store->reason()});
       stores.push_back(std::move(store));
     }
     // Only one write layer: any later writable layer is read, not written.
@@ -508,6 +508,11 @@ Result<CachePruneResult> KernelCache::clear() {
     return Error(ErrorCode::cache, fmt::format("cannot clear the cache: {}",
                                                impl_->writable_open ? impl_->no_write_reason
                                                                     : std::string("it was opened read-only")));
+  if (!impl_->writer->is_cache_root())
+    return Error(ErrorCode::cache,
+                 fmt::format("cannot clear {}: it is not a kdajit cache root (it holds files, but no <arch>/, tmp/ or "
+                             "locks/ directory); nothing was removed",
+                             impl_->writer->root()));
   {
     std::lock_guard<std::mutex> g(impl_->mu);
     for (auto it = impl_->slots.begin(); it != impl_->slots.end();) {

@@ -46,7 +46,7 @@ void log_line(LogLevel, std::string_view line) {
   // key from a manifest) cannot forge a second `kdajit:` line or move the cursor.
   // One write() per line so lines of concurrent processes/threads never interleave.
   std::string s = "kdajit: ";
-  s += printable(line, 4096);
+  s += printable_line(line, 4096);
   s.push_back('\n');
   ssize_t off = 0;
   while (off < static_cast<ssize_t>(s.size())) {

@@ -35,7 +35,9 @@ bool is_unsafe_code_point(uint32_t cp) {
 
 }  // namespace
 
-std::string printable(std::string_view s, size_t max_bytes) {
+// The escaping of printable() and printable_line(); `backslash`: a backslash is
+// escaped too.
+static std::string escape(std::string_view s, size_t max_bytes, bool backslash) {
   std::string out;
   out.reserve(std::min(s.size(), max_bytes) + 16);
   size_t i = 0;
@@ -56,6 +58,8 @@ std::string printable(std::string_view s, size_t max_bytes) {
         case '\t': out += "\\t"; break;
         default: out += fmt::format("\\x{:02x}", c);
       }
+    } else if (backslash && c == '\\') {
+      out += "\\\\";  // so that an escape printed here is never mistaken for one in the input
     } else if (is_unsafe_code_point(cp)) {
       out += fmt::format("\\u{:04x}", cp);
     } else {
@@ -65,6 +69,22 @@ std::string printable(std::string_view s, size_t max_bytes) {
   }
   if (i < s.size()) out += fmt::format("...({} more bytes)", s.size() - i);
   return out;
+}
+
+std::string printable(std::string_view s, size_t max_bytes) { return escape(s, max_bytes, /*backslash=*/true); }
+
+std::string printable_line(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return escape(s, max_bytes, /*backslash=*/false);
+  // The end of a message is usually its reason ("...: File name too long"): keep
+  // both ends of a long one. Cut points move back to the start of a character.
+  auto char_start = [&](size_t i) {
+    while (i > 0 && i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
+  const size_t head = char_start(max_bytes / 2);
+  const size_t tail = char_start(s.size() - (max_bytes - head));
+  return escape(s.substr(0, head), head, false) + fmt::format("...({} bytes cut)...", tail - head) +
+         escape(s.substr(tail), s.size() - tail, false);
 }
 
 }  // namespace kdajit

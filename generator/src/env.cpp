@@ -26,13 +26,7 @@ Result<Environment> read_environment() {
   env.home = get("HOME");
   if (env.cache_dir) KDAJIT_TRY(split_cache_layers(*env.cache_dir, "KDAJIT_CACHE_DIR"));
   if (auto v = get("KDAJIT_CACHE_MAX_BYTES")) {
-    uint64_t n = 0;
-    auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-    if (ec != std::errc() || p != v->data() + v->size())
-      return invalid_argument(fmt::format(
-          "KDAJIT_CACHE_MAX_BYTES: expected a byte count (an integer in 0..18446744073709551615), got '{}'",
-          printable(*v)));
-    env.cache_max_bytes = n;
+    KDAJIT_TRY_ASSIGN(env.cache_max_bytes, parse_byte_count(*v, "KDAJIT_CACHE_MAX_BYTES"));
   }
   if (auto v = get("KDAJIT_DISABLE_JIT")) {
     if (*v == "1") env.disable_jit = true;
@@ -46,6 +40,17 @@ Result<Environment> read_environment() {
     env.arch = *a;
   }
   return env;
+}
+
+Result<uint64_t> parse_byte_count(std::string_view text, std::string_view setting) {
+  uint64_t n = 0;
+  // Decimal digits only: no sign (from_chars would take "-0"), no base prefix, no blanks.
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (!digits || ec != std::errc() || p != text.data() + text.size())
+    return invalid_argument(fmt::format("{}: expected a byte count (decimal digits, 0..18446744073709551615), got '{}'",
+                                        setting, printable(text)));
+  return n;
 }
 
 std::string default_cache_root(const Environment& env) {

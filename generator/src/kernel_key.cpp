@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kdajit/printable.hpp"
 #include "kdajit/routes.hpp"
 
 namespace kdajit {
@@ -20,7 +21,8 @@ Result<int> parse_int_field(size_t i, std::string_view s) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < f.lo || v > f.hi)
     return invalid_argument(
-        fmt::format("kernel key field '{}': expected an integer in {}..{}, got '{}'", f.json_name, f.lo, f.hi, s));
+        fmt::format("kernel key field '{}': expected an integer in {}..{}, got '{}'", f.json_name, f.lo, f.hi,
+                    printable(s)));
   return v;
 }
 
@@ -118,12 +120,12 @@ Result<KernelKey> parse_key(std::string_view name) {
     const bool last = i + 1 == values.size();
     if ((dot == std::string_view::npos) != last)
       return invalid_argument(
-          fmt::format("kernel key name '{}': expected 8 dot-separated fields {}", name, key_name_shape()));
+          fmt::format("kernel key name '{}': expected 8 dot-separated fields {}", printable(name), key_name_shape()));
     std::string_view part = name.substr(start, last ? std::string_view::npos : dot - start);
     const std::string_view prefix = kKeyLayout[i].prefix;
     if (part.substr(0, prefix.size()) != prefix)
       return invalid_argument(fmt::format("kernel key field '{}': expected it to start with '{}', got '{}' (shape: {})",
-                                          kKeyLayout[i].json_name, prefix, part, key_name_shape()));
+                                          kKeyLayout[i].json_name, prefix, printable(part), key_name_shape()));
     values[i] = part.substr(prefix.size());
     start = dot + 1;
   }
@@ -144,7 +146,7 @@ Result<KernelKey> key_from_json(const nlohmann::json& j) {
     return invalid_argument(fmt::format("kernel key: expected a JSON object with fields {}", fmt::join(names, ", ")));
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(names.begin(), names.end(), it.key()) == names.end())
-      return invalid_argument(fmt::format("kernel key: unknown field '{}'; expected only {}", it.key(), fmt::join(names, ", ")));
+      return invalid_argument(fmt::format("kernel key: unknown field '{}'; expected only {}", printable(it.key()), fmt::join(names, ", ")));
   // Each field as text, then the same parser as key names.
   std::array<std::string, 8> text;
   for (size_t i = 0; i < kKeyLayout.size(); ++i) {

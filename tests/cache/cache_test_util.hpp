@@ -188,10 +188,12 @@ inline pid_t hold_lock_in_child(const std::string& lock_path) {
     ::pause();
     return 0;
   });
-  char c = 0;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
-  ::close(ready[0]);
+  // Closed here first, so that a child that fails ends the read with EOF, not a hang.
   ::close(ready[1]);
+  char c = 0;
+  const ssize_t n = ::read(ready[0], &c, 1);
+  ::close(ready[0]);
+  REQUIRE(n == 1);
   return pid;
 }
 

@@ -269,6 +269,7 @@ TEST_CASE("a holder stuck forever delays a build by lock_patience, not forever",
   FakeBuild fb(key_h(16));
   std::string lock_path;
   { lock_path = KernelCache(opts(root.path())).root() + "/locks/" + key_name(fb.key) + "." + fb.hash.substr(0, 16) + ".lock"; }
+  fs::create_directories(root / "locks");  // as a writer leaves it (opening creates neither)
   pid_t pid = hold_lock_in_child(lock_path);
   CacheOptions o = opts(root.path());
   o.lock_patience = std::chrono::seconds(1);

@@ -45,7 +45,11 @@ TEST_CASE("opening a cache removes only kdajit's own old staging dirs", "[cache]
   std::string root = scratch / "cache";
   FakeBuild fb(key_h(16));
   { KernelCache cache(opts(root)); }
-  // An operator's note in tmp/, two hours old: not kdajit's, so never deleted.
+  // An operator's note in tmp/, two hours old: not kdajit's, so never deleted
+  // (opening creates the root, not tmp/: a writer does when it first stages an entry).
+  CHECK(!fs::exists(root + "/tmp"));
+  fs::create_directory(root + "/tmp");
+  ::chmod((root + "/tmp").c_str(), 0700);
   write_text(root + "/tmp/notes", "x");
   fs::create_directories(root + "/tmp/other.XyZ123");
   write_text(root + "/tmp/other.XyZ123/keep", "x");
@@ -126,11 +130,21 @@ TEST_CASE("clear, prune and verify never follow links or remove foreign names", 
 
   KernelCache cache(opts(root));
   auto entries = cache.list_entries();
-  REQUIRE(entries.size() == 1);  // the link is not an entry
-  CHECK(entries[0].dir == entry_a);
+  REQUIRE(entries.size() == 3);  // the links are untrusted rows, never followed
+  size_t trusted = 0;
+  for (const auto& e : entries) {
+    if (e.untrusted.empty()) {
+      CHECK(e.dir == entry_a);
+      ++trusted;
+    } else {
+      CHECK(e.untrusted.find("is a symbolic link") != std::string::npos);
+      CHECK(e.bytes == 0);
+    }
+  }
+  CHECK(trusted == 1);
   auto foreign = cache.foreign_paths();
-  CHECK(std::find(foreign.begin(), foreign.end(), root + "/sm_90/" + stem_of(b)) != foreign.end());
-  CHECK(std::find(foreign.begin(), foreign.end(), root + "/sm_90a") != foreign.end());
+  CHECK(std::find(foreign.begin(), foreign.end(), root + "/sm_90/" + stem_of(b)) == foreign.end());
+  CHECK(std::find(foreign.begin(), foreign.end(), root + "/sm_90a") == foreign.end());
 
   CHECK(cache.prune(0).removed == 1);
   REQUIRE(cache.clear().ok());
@@ -138,6 +152,7 @@ TEST_CASE("clear, prune and verify never follow links or remove foreign names", 
   CHECK(read_text(root + "/locks/notes.lock") == "x");
   CHECK(read_text(root + "/locks/README") == "x");
   CHECK(fs::is_symlink(root + "/sm_90a"));
+  CHECK(fs::is_symlink(root + "/sm_90/" + stem_of(b)));
   CHECK(!fs::exists(entry_a));
 }
 
@@ -459,4 +474,146 @@ TEST_CASE("layers: lookups in order, new entries in the first writable layer", "
     CHECK(cache.layers()[1].state == LayerState::missing);
     CHECK(!fs::exists(missing));
   }
+}
+
+TEST_CASE("a layer whose root lost its write bit takes no entries, whatever tmp/ holds", "[cache][layers][writable]") {
+  TempDir scratch;
+  std::string a = scratch / "A", b = scratch / "B";
+  FakeBuild first(key_h(16)), second(key_h(24)), third(key_h(32));
+  std::string kept = build_into(a, first);  // leaves tmp/ and locks/ in A
+  REQUIRE(fs::is_directory(a + "/tmp"));
+  REQUIRE(fs::is_directory(a + "/locks"));
+  ::chmod(a.c_str(), 0555);  // the operator makes A read-only (root's access() would still say yes)
+
+  SECTION("new entries go to the first layer writable now; clear acts on it only") {
+    StderrCapture err;
+    KernelCache cache(opts(a + ":" + b));
+    REQUIRE(cache.layers().size() == 2);
+    CHECK(cache.layers()[0].state == LayerState::read_only);
+    CHECK(cache.layers()[0].reason == "is not writable (mode 0555)");
+    CHECK(cache.layers()[1].state == LayerState::read_write);
+    auto hit = cache.lookup(first.key, first.hash, first.fn());
+    REQUIRE(hit.ok());
+    CHECK(hit->source == CacheSource::disk);
+    auto built = cache.lookup(second.key, second.hash, second.fn());
+    REQUIRE(built.ok());
+    CHECK(built->entry->dir == b + "/sm_90/" + stem_of(second));
+    CHECK(!fs::exists(a + "/sm_90/" + stem_of(second)));
+    auto cleared = cache.clear();
+    REQUIRE(cleared.ok());
+    CHECK(cleared->removed == 1);
+    CHECK(fs::exists(kept + "/kernel.cubin"));  // A is not the write layer
+    CHECK(!fs::exists(b + "/sm_90/" + stem_of(second)));
+    err.finish();
+  }
+  SECTION("alone, it is read-only: nothing is stored and clear refuses") {
+    StderrCapture err;
+    KernelCache cache(opts(a));
+    CHECK(cache.mode() == CacheMode::read_only);
+    auto built = cache.lookup(second.key, second.hash, second.fn());
+    REQUIRE(built.ok());
+    CHECK(built->entry->dir.empty());
+    CHECK(!cache.clear().ok());
+    CHECK(fs::exists(kept + "/kernel.cubin"));
+    CHECK(err.finish().find("is not writable (mode 0555)") != std::string::npos);
+  }
+  SECTION("made read-only while a process runs: the next entry is not stored") {
+    ::chmod(a.c_str(), 0700);
+    StderrCapture err;
+    KernelCache cache(opts(a));
+    REQUIRE(cache.mode() == CacheMode::read_write);
+    ::chmod(a.c_str(), 0555);
+    auto built = cache.lookup(third.key, third.hash, third.fn());
+    REQUIRE(built.ok());
+    CHECK(built->entry->dir.empty());
+    CHECK(!fs::exists(a + "/sm_90/" + stem_of(third)));
+    CHECK(err.finish().find("is not writable (mode 0555)") != std::string::npos);
+  }
+  ::chmod(a.c_str(), 0700);
+}
+
+TEST_CASE("maintenance opens create nothing; clear refuses a directory that is not a cache root",
+          "[cache][hostile][readonly]") {
+  TempDir scratch;
+  std::string dir = scratch / "home";
+  fs::create_directories(dir);
+  write_text(dir + "/notes.txt", "mine");
+  const auto before = tree(dir);
+  CacheOptions o = opts(dir);
+  o.create_root = false;  // verify, prune, clear
+  StderrCapture err;
+  {
+    KernelCache cache(o);
+    CHECK(cache.mode() == CacheMode::read_write);
+    CHECK(cache.list_entries().empty());
+    auto cleared = cache.clear();
+    REQUIRE_FALSE(cleared.ok());
+    CHECK(cleared.error().message.find("is not a kdajit cache root") != std::string::npos);
+  }
+  err.finish();
+  CHECK(tree(dir) == before);  // no tmp/, no locks/
+}
+
+TEST_CASE("one trust verdict: a linked entry or <arch>/, a loose file mode, for list, verify and load alike",
+          "[cache][hostile][trust]") {
+  TempDir root, elsewhere;
+  FakeBuild fb(key_h(16));
+  std::string real = build_into(elsewhere.path(), fb);
+  std::string entry = root / ("sm_90/" + stem_of(fb));
+  auto verdict_everywhere = [&](std::string_view why) {
+    KernelCache cache(opts(root.path()));
+    auto entries = cache.list_entries();
+    REQUIRE(entries.size() == 1);
+    INFO(entries[0].untrusted);
+    CHECK(entries[0].untrusted.find(why) != std::string::npos);
+    auto v = cache.verify_entry(entries[0]);
+    CHECK_FALSE(v.ok);
+    CHECK(v.untrusted);
+    auto probe = cache.probe(fb.key, fb.hash);
+    CHECK(probe.state == CacheProbe::State::unusable);
+    CHECK(probe.reason.find("not trusted") != std::string::npos);
+    CHECK(cache.foreign_paths().empty());  // reported once, as untrusted
+  };
+  StderrCapture err;
+  SECTION("the entry directory is a link") {
+    fs::create_directories(root / "sm_90");
+    fs::create_directory_symlink(real, entry);
+    verdict_everywhere("the entry directory is a symbolic link");
+  }
+  SECTION("<arch>/ is a link") {
+    fs::create_directory_symlink(elsewhere / "sm_90", root / "sm_90");
+    verdict_everywhere(root / "sm_90 is a symbolic link");
+  }
+  SECTION("the cubin is writable by everyone") {
+    build_into(root.path(), fb);
+    ::chmod((entry + "/kernel.cubin").c_str(), 0666);
+    verdict_everywhere("kernel.cubin is writable by every user (mode 0666)");
+  }
+  err.finish();
+}
+
+TEST_CASE("meta.json fields keep their JSON types: no boolean, fraction or wrapped integer is a schema",
+          "[cache][hostile][meta]") {
+  TempDir root;
+  FakeBuild fb(key_h(16));
+  std::string entry = build_into(root.path(), fb);
+  auto meta = nlohmann::json::parse(read_text(entry + "/meta.json"));
+  const nlohmann::json value = GENERATE(nlohmann::json(true), nlohmann::json(1.7), nlohmann::json(4294967297LL),
+                                        nlohmann::json("1"));
+  meta["schema"] = value;
+  write_text(entry + "/meta.json", meta.dump());
+  INFO(value.dump());
+  StderrCapture err;
+  KernelCache cache(opts(root.path()));
+  auto entries = cache.list_entries();
+  REQUIRE(entries.size() == 1);
+  auto v = cache.verify_entry(entries[0]);
+  CHECK_FALSE(v.ok);
+  CHECK(v.reason.find("meta.json field 'schema' has the wrong type") != std::string::npos);
+  std::atomic<int> calls{0};
+  auto r = cache.lookup(fb.key, fb.hash, fb.fn(&calls));
+  REQUIRE(r.ok());
+  CHECK(r->source == CacheSource::built);
+  CHECK(calls == 1);
+  err.finish();
 }

@@ -452,6 +452,7 @@ TEST_CASE("stale staging dirs are swept by age unless their key lock is held", "
   fs::create_directories(root / ("tmp/" + stem + ".AbCdEf"));
   write_text(root / ("tmp/" + stem + ".AbCdEf/kernel.cu"), "partial");
   fs::create_directories(root / "tmp/other.XyZ123");
+  fs::create_directories(root / "locks");  // as a writer leaves it (opening creates neither)
 
   SECTION("younger than the age limit: kept") {
     KernelCache cache(opts(root.path()));  // default: one hour
@@ -542,7 +543,8 @@ TEST_CASE("the root and the limits come from the environment", "[cache][environm
     CHECK(cache.root() == scratch / "explicit");
     CHECK(cache.max_bytes() == std::optional<uint64_t>(123456));
     CHECK(!cache.disable_jit());
-    CHECK(fs::is_directory(scratch / "explicit/tmp"));
+    CHECK(fs::is_directory(scratch / "explicit"));
+    CHECK(!fs::exists(scratch / "explicit/tmp"));  // a writer creates it when it first stages an entry
   }
   env.set("KDAJIT_CACHE_DIR", nullptr);
   CHECK(KernelCache().root() == scratch / "xdg/kdajit");

@@ -1,8 +1,13 @@
 // The trust model with two users: the test runs as root, sets up roots and
 // entries owned by an attacker (uid 65533), and checks what a victim (uid 65534,
 // a forked child) does with them. Skipped (77) where users cannot be switched.
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -202,4 +207,51 @@ TEST_CASE("two users: clear and the sweep leave what another user owns", "[cache
   CHECK(fs::exists(foreign_entry + "/kernel.cubin"));
   CHECK(read_text(foreign_staging + "/kernel.cu") == "theirs");
   CHECK(fs::exists(root + "/locks/" + stem_of(theirs) + ".lock"));
+}
+
+// A read-only bind mount of a tree another user can write proves nothing: the
+// entries under it are judged by their owners like everywhere else. The mount
+// needs CAP_SYS_ADMIN; where it is refused the same tree is checked unmounted.
+TEST_CASE("two users: a read-only bind mount of another user's entries is not trusted", "[cache][two-users][trust]") {
+  SharedScratch scratch;
+  std::string under = scratch / "under", ro = scratch / "ro";
+  FakeBuild fb(key_h(16));
+  fs::create_directories(under);
+  fs::create_directories(ro);
+  ::chmod(under.c_str(), 0755);
+  std::string forged = plant_forged_entry(under, fb, kVictim);
+  chown_tree(under + "/sm_90", kVictim);  // uid 65534 can swap cubin and checksum through under/
+
+  std::string log = scratch / "root.log";
+  write_text(log, "");
+  // In a private mount namespace, so nothing outlives the child.
+  int code = wait_child(spawn_child([&] {
+    redirect_stderr_to(log);
+    std::string layer = ro;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(under.c_str(), ro.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        ::mount(nullptr, ro.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+      std::fprintf(stderr, "no read-only bind mount here (%s); checking the tree unmounted\n", std::strerror(errno));
+      layer = under;
+    } else if (::access((ro + "/sm_90").c_str(), F_OK) != 0) {
+      return 20;
+    }
+    KernelCache cache(opts(layer));
+    if (layer == ro && cache.layers().at(0).reason != "is on a read-only file system") return 21;
+    for (const auto& info : cache.list_entries()) {
+      if (info.untrusted.find("owned by uid 65534") == std::string::npos) return 22;
+      auto v = cache.verify_entry(info);
+      if (v.ok || !v.untrusted) return 23;
+    }
+    if (cache.list_entries().size() != 1) return 24;
+    std::atomic<int> calls{0};
+    auto r = cache.lookup(fb.key, fb.hash, fb.fn(&calls));
+    if (!r || r->source != CacheSource::built || r->entry->cubin != fb.cubin || calls != 1) return 25;
+    return 0;
+  }));
+  auto text = read_text(log);
+  INFO(text);
+  CHECK(code == 0);
+  CHECK(text.find("sm_90 is owned by uid 65534); rebuilding it") != std::string::npos);
+  CHECK(fs::exists(forged + "/kernel.cubin"));
 }

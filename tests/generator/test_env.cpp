@@ -135,6 +135,34 @@ TEST_CASE("printable: control bytes, ANSI, NUL, bad UTF-8 and length", "[env][es
   CHECK(printable("\xe2\x80\xae" "txt") == "\\u202etxt");          // bidi override
   CHECK(printable(std::string(1000, 'k'), 10) == "kkkkkkkkkk...(990 more bytes)");
   CHECK(printable("ab\xc3\xa9", 3) == "ab...(2 more bytes)");      // never half a character
+  CHECK(printable("a\\x1b") == "a\\\\x1b");                          // a backslash is escaped itself
+}
+
+TEST_CASE("printable_line: one escaping layer, both ends of a long message", "[env][escape]") {
+  // The quoted input was escaped already: backslashes stay, control bytes do not.
+  CHECK(printable_line("got '" + printable("\\x1b") + "'") == "got '\\\\x1b'");  // a literal backslash
+  CHECK(printable_line("got '" + printable("\x1b[") + "' and \x1b") == "got '\\x1b[' and \\x1b");  // ESC
+  const std::string msg = "cache root /" + std::string(5000, 'd') + " cannot be opened: File name too long";
+  const std::string shown = printable_line(msg, 2000);
+  CHECK(shown.size() < 2100);
+  CHECK(shown.rfind("cache root /ddd", 0) == 0);
+  CHECK(shown.find("...(") != std::string::npos);
+  CHECK(shown.size() - shown.rfind(" cannot be opened: File name too long") == 37);
+}
+
+TEST_CASE("byte counts: decimal digits only, one parser for every setting", "[env]") {
+  CHECK(*parse_byte_count("0", "X") == 0);
+  CHECK(*parse_byte_count("18446744073709551615", "X") == UINT64_MAX);
+  for (const char* bad : {"", "-0", "-5", "+5", "0x10", " 5", "5 ", "1e3", "5k", "18446744073709551616"}) {
+    INFO("'" << bad << "'");
+    auto r = parse_byte_count(bad, "prune --max-bytes");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message == "prune --max-bytes: expected a byte count (decimal digits, 0..18446744073709551615), "
+                               "got '" + std::string(bad) + "'");
+  }
+  ScopedEnv env;
+  env.set("KDAJIT_CACHE_MAX_BYTES", "-0");
+  CHECK_FALSE(read_environment().ok());
 }
 
 TEST_CASE("log lines are single lines whatever the message echoes", "[env][escape]") {

@@ -28,9 +28,10 @@ struct Run {
 
 // Starts `kdajit args...` with every KDAJIT_* variable unset, KDAJIT_LOG=info, plus
 // `env` (a value of "\x01unset" unsets); stdout and stderr go to files under `dir`.
-// `stderr_fd` >= 0: stderr goes there instead (a terminal).
+// `stderr_fd` >= 0: stderr goes there instead (a terminal). `exe`: the binary.
 inline pid_t start_cli(const std::vector<std::string>& args, const std::string& dir, const std::string& tag,
-                       const std::map<std::string, std::string>& env = {}, int stderr_fd = -1) {
+                       const std::map<std::string, std::string>& env = {}, int stderr_fd = -1,
+                       const std::string& exe = KDAJIT_CLI) {
   std::string out = dir + "/" + tag + ".out", err = dir + "/" + tag + ".err";
   std::fflush(stdout);
   std::fflush(stderr);
@@ -47,12 +48,12 @@ inline pid_t start_cli(const std::vector<std::string>& args, const std::string& 
     ::dup2(o, 1);
     ::dup2(e, 2);
     std::vector<char*> argv;
-    std::string exe = KDAJIT_CLI;
-    argv.push_back(exe.data());
+    std::string program = exe;
+    argv.push_back(program.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(exe.c_str(), argv.data());
+    ::execv(program.c_str(), argv.data());
     ::_exit(127);
   }
   return pid;

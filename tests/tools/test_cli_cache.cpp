@@ -271,3 +271,103 @@ TEST_CASE("no verb deletes a foreign file in tmp/; read-only verbs create nothin
     CHECK(read_text(root + "/tmp/notes") == "x");
   }
 }
+
+TEST_CASE("a chmod 555 layer is read by every verb and written by none", "[cli][layers][writable]") {
+  TempDir scratch;
+  std::string a = scratch / "A", b = scratch / "B";
+  const std::string k1 = "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90";
+  const std::string k2 = "kda_single.h16.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90";
+  auto key_file = [&](const std::string& key) {
+    write_text(scratch / (key + ".json"), json::array({key}).dump());
+    return scratch / (key + ".json");
+  };
+  REQUIRE(cli({"prewarm", "--cache-dir", a, "--manifest", key_file(k1)}, scratch.path()).code == 0);
+  ::chmod(a.c_str(), 0555);
+  auto entries_in = [&](const std::string& root) {
+    size_t n = 0;
+    if (fs::is_directory(root + "/sm_90"))
+      for ([[maybe_unused]] const auto& e : fs::directory_iterator(root + "/sm_90")) ++n;
+    return n;
+  };
+  Run env = cli({"env", "--json", "--cache-dir", a + ":" + b}, scratch.path());
+  auto layers = parse_json(env)["cache"]["layers"];
+  CHECK(layers[0]["state"] == "read-only");
+  CHECK(layers[0]["reason"] == "is not writable (mode 0555)");
+  Run warm = cli({"prewarm", "--cache-dir", a + ":" + b, "--manifest", key_file(k2)}, scratch.path());
+  INFO(warm.out << warm.err);
+  CHECK(warm.code == 0);
+  CHECK(entries_in(a) == 1);
+  CHECK(entries_in(b) == 1);
+  Run clear_a = cli({"clear", "--cache-dir", a}, scratch.path());
+  INFO(clear_a.out << clear_a.err);
+  CHECK(clear_a.code == 1);
+  CHECK(clear_a.err.find("clear: no cache layer can be written (" + a + " is not writable (mode 0555))") !=
+        std::string::npos);
+  Run clear_ab = cli({"clear", "--cache-dir", a + ":" + b}, scratch.path());
+  CHECK(clear_ab.code == 0);
+  CHECK(clear_ab.out.find("clear: removed 1 entries") != std::string::npos);
+  CHECK(entries_in(a) == 1);
+  CHECK(entries_in(b) == 0);
+  ::chmod(a.c_str(), 0700);
+}
+
+TEST_CASE("verify and clear on a directory that is not a cache create nothing there", "[cli][safety]") {
+  TempDir scratch;
+  std::string home = scratch / "home";
+  fs::create_directories(home);
+  write_text(home + "/notes", "x");
+  Run v = cli({"verify", "--cache-dir", home}, scratch.path());
+  INFO(v.out << v.err);
+  CHECK(v.code == 0);
+  Run c = cli({"clear", "--cache-dir", home}, scratch.path());
+  INFO(c.out << c.err);
+  CHECK(c.code == 1);
+  CHECK(c.err.find("is not a kdajit cache root") != std::string::npos);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(home)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"notes"});
+}
+
+TEST_CASE("one trust verdict: ls, env, verify and prewarm --check agree on a linked entry", "[cli][trust]") {
+  TempDir scratch;
+  std::string root = scratch / "cache", other = scratch / "other";
+  const std::string key = "kda_single.h8.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90";
+  write_text(scratch / "key.json", json::array({key}).dump());
+  REQUIRE(cli({"prewarm", "--cache-dir", other, "--manifest", scratch / "key.json"}, scratch.path()).code == 0);
+  std::string entry;
+  for (const auto& e : fs::directory_iterator(other + "/sm_90")) entry = e.path().string();
+  // The NVRTC log is text: no NUL from the C string it came in.
+  auto meta = json::parse(read_text(entry + "/meta.json"));
+  REQUIRE(meta["nvrtc_log"].is_string());
+  CHECK(meta["nvrtc_log"].get<std::string>().find('\0') == std::string::npos);
+  fs::create_directories(root + "/sm_90");
+  ::chmod(root.c_str(), 0700);
+  SECTION("a linked entry directory") {
+    fs::create_directory_symlink(entry, root + "/sm_90/" + fs::path(entry).filename().string());
+  }
+  SECTION("a linked arch directory") {
+    fs::remove(root + "/sm_90");
+    fs::create_directory_symlink(other + "/sm_90", root + "/sm_90");
+  }
+  SECTION("a cubin owned by another user") {
+    REQUIRE(cli({"prewarm", "--cache-dir", root, "--manifest", scratch / "key.json"}, scratch.path()).code == 0);
+    std::string mine = root + "/sm_90/" + fs::path(entry).filename().string();
+    if (::geteuid() == 0) REQUIRE(::chown((mine + "/kernel.cubin").c_str(), 65534, 65534) == 0);
+    else ::chmod((mine + "/kernel.cubin").c_str(), 0666);
+  }
+  Run ls = cli({"ls", "--json", "--cache-dir", root}, scratch.path());
+  auto listed = parse_json(ls)["entries"];
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].contains("untrusted"));
+  Run env = cli({"env", "--json", "--cache-dir", root}, scratch.path());
+  CHECK(parse_json(env)["cache"]["layers"][0]["untrusted"] == 1);
+  Run v = cli({"verify", "--cache-dir", root}, scratch.path());
+  INFO(v.out << v.err);
+  CHECK(v.code == 1);
+  CHECK(v.out.find("UNTRUSTED  ") != std::string::npos);
+  CHECK(v.out.find("1 bad") != std::string::npos);
+  Run check = cli({"prewarm", "--check", "--cache-dir", root, "--manifest", scratch / "key.json"}, scratch.path());
+  INFO(check.out << check.err);
+  CHECK(check.code == 1);
+  CHECK((check.out + check.err).find("not trusted") != std::string::npos);
+}

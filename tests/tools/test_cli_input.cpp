@@ -212,3 +212,122 @@ TEST_CASE("a missing root, an unknown verb and bad flags name the problem", "[cl
   CHECK(help.out.find("--allow-failures") != std::string::npos);
   CHECK(help.out.find("single,packed") != std::string::npos);  // help lists generated from the key's tables
 }
+
+TEST_CASE("compile --out: private new directories, never written through a planted link", "[cli][input][compile]") {
+  TempDir scratch;
+  std::string out = scratch / "out";
+  fs::create_directories(out);
+  std::string victim = scratch / "victim";
+  write_text(victim, "root's secret");
+  ::chmod(victim.c_str(), 0600);
+  fs::create_symlink(victim, out + "/" + kKey + ".cubin");
+  fs::create_symlink(victim, out + "/" + kKey + ".cu");
+  Run r = cli({"compile", kKey, "--out", out}, scratch.path());
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(read_text(victim) == "root's secret");
+  CHECK(fs::is_regular_file(fs::symlink_status(out + "/" + kKey + ".cubin")));
+  CHECK(fs::file_size(out + "/" + kKey + ".cubin") > 1000);
+  CHECK(fs::is_regular_file(fs::symlink_status(out + "/" + kKey + ".cu")));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
+  CHECK(names.size() == 2);  // no temporary file left behind
+
+  // Under umask 000 the directories it creates are 0700.
+  const mode_t old = ::umask(0);
+  Run fresh = cli({"compile", kKey, "--out", scratch / "new/deeper"}, scratch.path());
+  ::umask(old);
+  INFO(fresh.out << fresh.err);
+  CHECK(fresh.code == 0);
+  CHECK(mode_of(scratch / "new") == 0700);
+  CHECK(mode_of(scratch / "new/deeper") == 0700);
+}
+
+TEST_CASE("manifests are deduplicated while expanded and capped at 65536 keys", "[cli][input][manifest]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  json heads = json::array();
+  for (int h = 1; h <= 128; ++h) heads.push_back(h);
+  json bomb = json::array();
+  for (int i = 0; i < 400; ++i)
+    bomb.push_back({{"heads", heads}, {"arch", {"sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120a"}}});
+  write_text(scratch / "bomb.json", bomb.dump());
+  auto t0 = std::chrono::steady_clock::now();
+  Run r = cli({"prewarm", "--cache-dir", root, "--dry-run", "--manifest", scratch / "bomb.json"}, scratch.path());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check_one_error_line(r);
+  CHECK(r.err.find("entry 1: the pattern expands to more than 65536 keys") != std::string::npos);
+  CHECK(s < 30);
+
+  // The same keys named over and over count once; past 16 x 65536 mentions it stops.
+  json repeated = json::array();
+  for (int i = 0; i < 3; ++i) repeated.push_back(kKey);
+  repeated.push_back({{"op", "single"}, {"heads", 8}, {"state", "f32"}, {"conv", "sd"}, {"gate", "bounded"},
+                      {"route", "rowcta"}, {"arch", "sm_90"}});
+  write_text(scratch / "repeated.json", repeated.dump());
+  Run d = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--manifest", scratch / "repeated.json"},
+              scratch.path());
+  INFO(d.out << d.err);
+  CHECK(d.code == 0);
+  CHECK(parse_json(d)["keys"] == 1);
+  json many = json::array();
+  json one_head_all = {{"heads", 8}, {"arch", {"sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120a"}}};
+  for (int i = 0; i < 600; ++i) many.push_back(one_head_all);
+  write_text(scratch / "many.json", many.dump());
+  Run m = cli({"prewarm", "--cache-dir", root, "--dry-run", "--manifest", scratch / "many.json"}, scratch.path());
+  check_one_error_line(m);
+  CHECK(m.err.find("names more than 1048576 keys counting repeats") != std::string::npos);
+
+  write_text(scratch / "empty.json", "[]");
+  Run e = cli({"prewarm", "--cache-dir", root, "--check", "--manifest", scratch / "empty.json"}, scratch.path());
+  check_one_error_line(e);
+  CHECK(e.err.find("empty.json: expected at least one key name, key object or pattern, got []") != std::string::npos);
+  CHECK(!fs::exists(root));
+}
+
+TEST_CASE("byte sizes: prune --max-bytes and KDAJIT_CACHE_MAX_BYTES take the same digits", "[cli][input][bytes]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  fs::create_directories(root);
+  Run empty = cli({"prune", "--cache-dir", root, "--max-bytes="}, scratch.path());
+  check_one_error_line(empty);  // CLI11 itself refuses an empty value
+  CHECK(empty.err.find("--max-bytes") != std::string::npos);
+  for (const char* bad : {"-0", "-5", "0x10", "18446744073709551616", " 5", "5k"}) {
+    INFO("'" << bad << "'");
+    Run r = cli({"prune", "--cache-dir", root, std::string("--max-bytes=") + bad}, scratch.path());
+    check_one_error_line(r);
+    CHECK(r.err.find("kdajit: error: prune --max-bytes: expected a byte count (decimal digits, "
+                     "0..18446744073709551615), got '" + std::string(bad) + "'") != std::string::npos);
+    Run e = cli({"prune", "--cache-dir", root}, scratch.path(), {{"KDAJIT_CACHE_MAX_BYTES", bad}});
+    check_one_error_line(e);
+    CHECK(e.err.find("KDAJIT_CACHE_MAX_BYTES: expected a byte count (decimal digits") != std::string::npos);
+  }
+  Run neg = cli({"prune", "--cache-dir", root, "--max-bytes", "-5"}, scratch.path());
+  check_one_error_line(neg);
+  Run ok = cli({"prune", "--cache-dir", root, "--max-bytes", "18446744073709551615"}, scratch.path());
+  INFO(ok.out << ok.err);
+  CHECK(ok.code == 0);
+}
+
+TEST_CASE("small ones: a backslash, an option before the verb, a long path's reason", "[cli][input][escape]") {
+  TempDir scratch;
+  // A literal backslash sequence never reads like an escaped control byte.
+  Run lit = cli({"show", "literal\\x1b[31m"}, scratch.path());
+  Run esc = cli({"show", "literal\x1b[31m"}, scratch.path());
+  check_one_error_line(lit);
+  check_one_error_line(esc);
+  CHECK(lit.err.find("literal\\\\x1b[31m") != std::string::npos);
+  CHECK(esc.err.find("literal\\x1b[31m") != std::string::npos);
+  CHECK(esc.err.find("literal\\\\x1b") == std::string::npos);
+
+  Run opt = cli({"-x"}, scratch.path());
+  check_one_error_line(opt);
+  CHECK(opt.err.find("kdajit: error: unknown option '-x' before the verb") != std::string::npos);
+
+  // A 5 KB root path: the message keeps its end, the reason.
+  std::string deep = "/" + std::string(5000, 'd');
+  Run ls = cli({"ls", "--cache-dir", deep}, scratch.path());
+  check_one_error_line(ls, 1);
+  CHECK(ls.err.find("File name too long") != std::string::npos);
+  CHECK(ls.err.find("bytes cut)...") != std::string::npos);
+}

@@ -14,8 +14,40 @@ namespace {
 constexpr uid_t kVictim = 65534;
 constexpr uid_t kAttacker = 65533;
 
+// The kdajit binary where the victim can run it: the build tree may lie under a
+// directory only root can enter (/root, a 0700 mktemp -d), so a copy goes to a
+// fresh 0755 directory in /tmp (the binary links kdajit statically; NVRTC is
+// found in the CUDA toolkit). Exit 77 (skipped) when even that is out of reach.
+const std::string& victim_cli() {
+  static const std::string path = [] {
+    std::string dir = "/tmp/kdajit-cli.XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr || ::chmod(dir.c_str(), 0755) != 0) return std::string();
+    std::error_code ec;
+    fs::copy_file(KDAJIT_CLI, dir + "/kdajit", ec);
+    if (ec || ::chmod((dir + "/kdajit").c_str(), 0755) != 0) return std::string();
+    std::atexit([] { fs::remove_all(fs::path(victim_cli()).parent_path()); });
+    return dir + "/kdajit";
+  }();
+  return path;
+}
+
+// Exits 77 unless the victim can run the copied binary and write in `dir`.
+void require_victim_reaches(const std::string& dir) {
+  const std::string& exe = victim_cli();
+  int code = exe.empty() ? 1 : wait_child(spawn_as(kVictim, [&] {
+    return ::access(exe.c_str(), X_OK) == 0 && ::access(dir.c_str(), W_OK | X_OK) == 0 ? 0 : 1;
+  }));
+  if (code != 0) {
+    std::fprintf(stderr, "uid %u cannot run %s or write %s: skipping the two-user CLI tests\n", kVictim,
+                 exe.empty() ? "a copy of kdajit" : exe.c_str(), dir.c_str());
+    std::fflush(stderr);
+    std::_Exit(77);
+  }
+}
+
 // `kdajit args...` as the victim; outputs in `dir` (which the victim can write).
 Run cli_as_victim(const std::vector<std::string>& args, const std::string& dir) {
+  require_victim_reaches(dir);
   static int n = 0;
   std::string tag = fmt::format("victim{}", n++);
   for (const char* ext : {".out", ".err"}) {
@@ -28,7 +60,7 @@ Run cli_as_victim(const std::vector<std::string>& args, const std::string& dir) 
   pid_t pid = ::fork();
   if (pid == 0) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(kVictim) != 0 || ::setuid(kVictim) != 0) ::_exit(97);
-    ::_exit(wait_child(start_cli(args, dir, tag, {{"HOME", dir}, {"TMPDIR", dir}})));
+    ::_exit(wait_child(start_cli(args, dir, tag, {{"HOME", dir}, {"TMPDIR", dir}}, -1, victim_cli())));
   }
   int code = wait_child(pid);
   Run r;

@@ -11,7 +11,8 @@
 //   found->entry->cubin ...
 //
 // Layers: the root setting may be a ':'-separated list of directories. Lookups
-// try them in order; the first writable, trusted layer takes new entries; the
+// try them in order; the first trusted layer whose root this user owns and may
+// write now (owner write bit set, not a read-only mount) takes new entries; the
 // others are read-only. Every layer is verified and trust-checked the same way.
 //
 // On-disk layout under each layer:
@@ -22,8 +23,8 @@
 //
 // Trust (docs/CACHE.md): a layer is used only if its root directory is owned by
 // this user or root and not writable by group or others; an entry only if its
-// directories and files are, too, and none of them is a symbolic link. A
-// root-owned layer on a read-only file system is trusted as a whole. Anything
+// directories and files are, too, and none of them is a symbolic link, on a
+// read-only mount as anywhere else (one verdict for every reader and verb). Anything
 // else is ignored with one warning: the kernel is rebuilt and kept in memory or
 // written to the write layer. Paths under a layer are opened with O_NOFOLLOW
 // relative to the layer's directory descriptor; nothing that kdajit's naming and
@@ -143,8 +144,7 @@ std::string_view to_string(LayerState s);
 struct CacheLayer {
   std::string path;
   LayerState state = LayerState::missing;
-  std::string reason;   // why not read_write (empty for the write layer)
-  bool system = false;  // owned by root on a read-only file system: trusted as a whole
+  std::string reason;  // why not read_write (empty for the write layer)
 };
 
 // A read-only look for one entry (prewarm --dry-run / --check).

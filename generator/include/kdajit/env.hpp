@@ -40,6 +40,11 @@ inline constexpr std::string_view kEnvironmentVariables[] = {
 // and the expected value (the value quoted through printable()).
 Result<Environment> read_environment();
 
+// A size in bytes as every setting takes it (KDAJIT_CACHE_MAX_BYTES, `prune
+// --max-bytes`): decimal digits only, 0..2^64-1. Anything else ("", "-0", "0x10",
+// "1e3", 2^64) is an error naming `setting`.
+Result<uint64_t> parse_byte_count(std::string_view text, std::string_view setting);
+
 // The cache root setting: KDAJIT_CACHE_DIR, else $XDG_CACHE_HOME/kdajit, else
 // ~/.cache/kdajit (empty if none can be formed). May be a ':'-separated list.
 std::string default_cache_root(const Environment& env);

@@ -95,6 +95,10 @@ Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
   if (rows < 1) return invalid_argument(fmt::format("rows: expected R (or N) >= 1, got {}", rows));
   SyntheticCall out;
   out.op = op == KDAJIT_OP_SINGLE ? Op::single : Op::packed;
+  // A packed call has N x T rows: N past INT64_MAX / T would wrap to a negative shape.
+  if (out.op == Op::packed && c.tokens > 0 && rows > INT64_MAX / c.tokens)
+    return invalid_argument(fmt::format("rows: expected N in 1..{} (N x T rows must fit in int64 with T = {}), got {}",
+                                        INT64_MAX / c.tokens, c.tokens, rows));
   kdajit_decode_args_t& a = out.args;  // zeroed: no oob_counter
   a.lower_bound = -5.0f;
   a.norm_eps = 1e-6f;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -202,7 +203,7 @@ Result<CompiledKernel> compile_program(std::string_view what, const std::string&
   if (api.nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.log.resize(log_size);
     if (api.nvrtcGetProgramLog(prog, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
-    else out.log.resize(log_size - 1);  // drop the NUL
+    else out.log.resize(std::strlen(out.log.c_str()));  // the text up to its first NUL, never a NUL itself
   }
   if (cr != NVRTC_SUCCESS) {
     std::string detail = fmt::format("options: {}\nNVRTC {} ({})\n", fmt::join(options, " "), api.version, api.path);

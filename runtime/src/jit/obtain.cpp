@@ -56,13 +56,23 @@ Result<CacheLookup> find_without_nvrtc(KernelCache& cache, const KernelKey& key,
     if (text("source_sha256") != source_sha || !m.contains("options") || m["options"] != options) continue;
     const std::string hash = current_build_hash(source, options, key.arch, text("nvrtc_version"));
     if (hash != text("hash") || e.last_used_ns <= best_used) continue;
+    // Only an entry that loads (every check of a load, e.g. the stored key parses)
+    // is a candidate: a broken one is simply not in the cache.
+    if (cache.probe(key, hash).state != CacheProbe::State::present) continue;
     best_hash = hash;
     best_used = e.last_used_ns;
   }
   if (!best_hash)
     return Error(no_nvrtc.code, fmt::format("{} (kernel {} is not in the cache either)", no_nvrtc.message, key_name(key)),
                  no_nvrtc.detail);
-  return cache.lookup(key, *best_hash, BuildFn(), /*allow_build=*/false);
+  auto found = cache.lookup(key, *best_hash, BuildFn(), /*allow_build=*/false);
+  // Gone or broken since the probe: still the missing NVRTC, never a capture error.
+  if (!found && found.error().code == ErrorCode::capture)
+    return Error(no_nvrtc.code,
+                 fmt::format("{} (kernel {} is not in the cache either: its entry became unusable)", no_nvrtc.message,
+                             key_name(key)),
+                 no_nvrtc.detail);
+  return found;
 }
 
 Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_build) {

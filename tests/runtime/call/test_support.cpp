@@ -169,6 +169,19 @@ TEST_CASE("support: the key a configuration gets, per rows and SM count", "[supp
   CHECK_FALSE(config_key(c, 0).ok());
 }
 
+TEST_CASE("support: N x T rows past int64 is an error naming rows, not a negative shape", "[support]") {
+  kdajit_config_t c = good_config();
+  c.op = KDAJIT_OP_PACKED;
+  c.conv_layout = KDAJIT_CONV_DS;
+  c.tokens = 16;
+  auto k = config_key(c, INT64_MAX);
+  REQUIRE_FALSE(k.ok());
+  INFO(k.error().message);
+  CHECK(k.error().code == ErrorCode::invalid_argument);
+  CHECK(k.error().message.rfind("rows: expected N in 1..576460752303423487", 0) == 0);
+  CHECK(k.error().message.find("[-") == std::string::npos);
+}
+
 // A pre-warmed deployment never compiles at serving time: for every family of
 // each preset and a sweep of batch sizes, modes and SM counts, the key the
 // selector picks is in the preset.

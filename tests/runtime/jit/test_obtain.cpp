@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "catch.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
@@ -108,6 +111,32 @@ TEST_CASE("obtain: a cache hit without any NVRTC", "[.][no_nvrtc]") {
   REQUIRE_FALSE(miss.ok());
   CHECK(miss.error().message.find("NVRTC") != std::string::npos);
   CHECK(miss.error().message.find(key_name(other)) != std::string::npos);
+
+  // The entry with an extra field in its stored key does not load: without NVRTC
+  // that is the missing NVRTC, not a capture error.
+  std::string meta_path;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(fixture_root()))
+    if (e.path().filename() == "meta.json") meta_path = e.path().string();
+  REQUIRE(!meta_path.empty());
+  nlohmann::json meta;
+  {
+    std::ifstream in(meta_path);
+    meta = nlohmann::json::parse(in);
+  }
+  meta["key"]["extra"] = 1;
+  {
+    std::ofstream out(meta_path, std::ios::trunc);
+    out << meta.dump();
+  }
+  auto fresh = open_kernel_cache(fixture_root());
+  REQUIRE(fresh.ok());
+  auto broken = obtain(**fresh, kNoNvrtcKey, true);
+  REQUIRE_FALSE(broken.ok());
+  INFO(broken.error().message);
+  CHECK(broken.error().code != ErrorCode::capture);
+  CHECK(broken.error().code == api.error().code);
+  CHECK(broken.error().message.find("NVRTC") != std::string::npos);
+  CHECK(broken.error().message.find("capture") == std::string::npos);
   std::filesystem::remove_all(fixture_root());
 }
 
