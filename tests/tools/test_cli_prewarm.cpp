@@ -289,7 +289,9 @@ TEST_CASE("kdajit fields lists the key name's fields from the spelling tables", 
   std::string name;
   for (size_t i = 0; i < fields.size(); ++i) {
     CHECK(fields[i]["name"] == kKeyLayout[i].json_name);
-    name += (i ? "." : "") + fields[i]["prefix"].get<std::string>() + values[i];
+    if (i) name += '.';
+    name += fields[i]["prefix"].get<std::string>();
+    name += values[i];
   }
   CHECK(name == key_name(k));
   Run table = cli({"fields"}, scratch.path());
