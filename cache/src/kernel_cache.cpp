@@ -1,3 +1,9 @@
+// KernelCache: the in-memory map of loaded entries over the on-disk layers
+// (disk_store.cpp): lookup (memory, then each trusted layer, verified), single
+// flight per key across threads and processes (the key lock), publish into the
+// write layer, LRU pruning, clear, and the listing the CLI verbs read. About 530
+// lines in one file because lookup, publish and pruning share the layer state,
+// the lock protocol and the stamps that keep a served entry young.
 #include <sys/stat.h>
 
 #include <atomic>
