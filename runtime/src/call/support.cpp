@@ -88,10 +88,10 @@ struct SyntheticCall {
 Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
   const int32_t op = enum_value(c.op);
   if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED)
-    return invalid_argument(fmt::format("op: expected single|packed, got {}", op));
+    return invalid_argument(fmt::format("op: expected {}, got {}", choices<Op>(), op));
   const int32_t conv = enum_value(c.conv_layout);
   if (conv != KDAJIT_CONV_SD && conv != KDAJIT_CONV_DS)
-    return invalid_argument(fmt::format("conv_layout: expected sd|ds, got {}", conv));
+    return invalid_argument(fmt::format("conv_layout: expected {}, got {}", choices<ConvLayout>(), conv));
   if (rows < 1) return invalid_argument(fmt::format("rows: expected R (or N) >= 1, got {}", rows));
   SyntheticCall out;
   out.op = op == KDAJIT_OP_SINGLE ? Op::single : Op::packed;
