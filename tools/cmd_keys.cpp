@@ -69,7 +69,6 @@ void add_fields_command(CLI::App& app) {
 }  // namespace
 
 void add_keys_command(CLI::App& app) {
-  add_fields_command(app);
   auto* cmd = app.add_subcommand("keys", "Print the kernel keys of a model preset");
   struct Opts {
     std::string preset;
@@ -93,6 +92,7 @@ void add_keys_command(CLI::App& app) {
       for (const auto& k : keys) fmt::print("{}\n", key_name(k));
     }
   });
+  add_fields_command(app);
 }
 
 }  // namespace kdajit::cli

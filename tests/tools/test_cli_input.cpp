@@ -201,7 +201,7 @@ TEST_CASE("a missing root, an unknown verb and bad flags name the problem", "[cl
 
   Run unknown = cli({"frobnicate"}, scratch.path());
   check_one_error_line(unknown);
-  CHECK(unknown.err.find("unknown verb 'frobnicate'; expected one of: keys, show, compile, prewarm") != std::string::npos);
+  CHECK(unknown.err.find("unknown verb 'frobnicate'; expected one of: keys, fields, show, compile, prewarm") != std::string::npos);
   Run none = cli({}, scratch.path());
   check_one_error_line(none);
   CHECK(none.err.find("expected a verb") != std::string::npos);
