@@ -38,25 +38,41 @@ char* body(T& t) {
   return reinterpret_cast<char*>(&t) + kBody;
 }
 
-kdajit_runtime_options_t options_from(const void* v0) {
-  kdajit_runtime_options_t o;
-  kdajit_runtime_options_init_v1(&o, sizeof o);
-  std::memcpy(body(o), v0, kOptionsV0);
-  return o;
+// Per struct: its sized init and the byte count of its 0.1.0 fields.
+template <class T>
+struct V0;
+template <>
+struct V0<kdajit_runtime_options_t> {
+  static constexpr auto init = kdajit_runtime_options_init_v1;
+  static constexpr size_t bytes = kOptionsV0;
+};
+template <>
+struct V0<kdajit_decode_args_t> {
+  static constexpr auto init = kdajit_decode_args_init_v1;
+  static constexpr size_t bytes = kDecodeArgsV0;
+};
+template <>
+struct V0<kdajit_config_t> {
+  static constexpr auto init = kdajit_config_init_v1;
+  static constexpr size_t bytes = kConfigV0;
+};
+
+// Today's struct: the defaults, with the caller's 0.1.0 bytes over them.
+template <class T>
+T from_v0(const void* v0) {
+  T t;
+  V0<T>::init(&t, sizeof t);
+  std::memcpy(body(t), v0, V0<T>::bytes);
+  return t;
 }
 
-kdajit_decode_args_t args_from(const void* v0) {
-  kdajit_decode_args_t a;
-  kdajit_decode_args_init_v1(&a, sizeof a);
-  std::memcpy(body(a), v0, kDecodeArgsV0);
-  return a;
-}
-
-kdajit_config_t config_from(const void* v0) {
-  kdajit_config_t c;
-  kdajit_config_init_v1(&c, sizeof c);
-  std::memcpy(body(c), v0, kConfigV0);
-  return c;
+// The 0.1.0 init: the defaults' 0.1.0 bytes, and nothing past them.
+template <class T>
+void init_v0(void* out) {
+  if (!out) return;
+  T t;
+  V0<T>::init(&t, sizeof t);
+  std::memcpy(out, body(t), V0<T>::bytes);
 }
 
 }  // namespace
@@ -65,74 +81,57 @@ kdajit_config_t config_from(const void* v0) {
 // pointers as the bytes they are.
 extern "C" {
 
-KDAJIT_API void kdajit_runtime_options_init(void* options) {
-  if (!options) return;
-  kdajit_runtime_options_t o;
-  kdajit_runtime_options_init_v1(&o, sizeof o);
-  std::memcpy(options, body(o), kOptionsV0);
-}
-
-KDAJIT_API void kdajit_decode_args_init(void* args) {
-  if (!args) return;
-  kdajit_decode_args_t a;
-  kdajit_decode_args_init_v1(&a, sizeof a);
-  std::memcpy(args, body(a), kDecodeArgsV0);
-}
-
-KDAJIT_API void kdajit_config_init(void* config) {
-  if (!config) return;
-  kdajit_config_t c;
-  kdajit_config_init_v1(&c, sizeof c);
-  std::memcpy(config, body(c), kConfigV0);
-}
+KDAJIT_API void kdajit_runtime_options_init(void* options) { init_v0<kdajit_runtime_options_t>(options); }
+KDAJIT_API void kdajit_decode_args_init(void* args) { init_v0<kdajit_decode_args_t>(args); }
+KDAJIT_API void kdajit_config_init(void* config) { init_v0<kdajit_config_t>(config); }
 
 KDAJIT_API kdajit_status_t kdajit_runtime_create(const void* options, kdajit_runtime_t** runtime) {
   if (!options) return kdajit_runtime_create_v1(nullptr, runtime);
-  const kdajit_runtime_options_t o = options_from(options);
+  const kdajit_runtime_options_t o = from_v0<kdajit_runtime_options_t>(options);
   return kdajit_runtime_create_v1(&o, runtime);
 }
 
 KDAJIT_API kdajit_status_t kdajit_single_decode(kdajit_runtime_t* runtime, const void* args, kdajit_stream_t stream) {
   if (!args) return kdajit_single_decode_v1(runtime, nullptr, stream);
-  const kdajit_decode_args_t a = args_from(args);
+  const kdajit_decode_args_t a = from_v0<kdajit_decode_args_t>(args);
   return kdajit_single_decode_v1(runtime, &a, stream);
 }
 
 KDAJIT_API kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const void* args, kdajit_stream_t stream) {
   if (!args) return kdajit_packed_decode_v1(runtime, nullptr, stream);
-  const kdajit_decode_args_t a = args_from(args);
+  const kdajit_decode_args_t a = from_v0<kdajit_decode_args_t>(args);
   return kdajit_packed_decode_v1(runtime, &a, stream);
 }
 
 KDAJIT_API kdajit_status_t kdajit_validate_args(kdajit_op_t op, const void* args) {
   if (!args) return kdajit_validate_args_v1(op, nullptr);
-  const kdajit_decode_args_t a = args_from(args);
+  const kdajit_decode_args_t a = from_v0<kdajit_decode_args_t>(args);
   return kdajit_validate_args_v1(op, &a);
 }
 
 KDAJIT_API kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op, const void* args,
                                                kdajit_stream_t stream, char* key_name, size_t key_name_size) {
   if (!args) return kdajit_selected_key_v1(runtime, op, nullptr, stream, key_name, key_name_size);
-  const kdajit_decode_args_t a = args_from(args);
+  const kdajit_decode_args_t a = from_v0<kdajit_decode_args_t>(args);
   return kdajit_selected_key_v1(runtime, op, &a, stream, key_name, key_name_size);
 }
 
 KDAJIT_API kdajit_status_t kdajit_query_support(const void* config, char* reason, size_t reason_size) {
   if (!config) return kdajit_query_support_v1(nullptr, reason, reason_size);
-  const kdajit_config_t c = config_from(config);
+  const kdajit_config_t c = from_v0<kdajit_config_t>(config);
   return kdajit_query_support_v1(&c, reason, reason_size);
 }
 
 KDAJIT_API kdajit_status_t kdajit_config_key(const void* config, int64_t rows, char* key_name,
                                              size_t key_name_size) {
   if (!config) return kdajit_config_key_v1(nullptr, rows, key_name, key_name_size);
-  const kdajit_config_t c = config_from(config);
+  const kdajit_config_t c = from_v0<kdajit_config_t>(config);
   return kdajit_config_key_v1(&c, rows, key_name, key_name_size);
 }
 
 KDAJIT_API kdajit_status_t kdajit_config_keys(const void* config, char* buf, size_t buf_size, size_t* needed) {
   if (!config) return kdajit_config_keys_v1(nullptr, buf, buf_size, needed);
-  const kdajit_config_t c = config_from(config);
+  const kdajit_config_t c = from_v0<kdajit_config_t>(config);
   return kdajit_config_keys_v1(&c, buf, buf_size, needed);
 }
 
