@@ -33,6 +33,13 @@ size_t KernelRegistry::kernels_in(CUcontext ctx) const {
   return it == contexts_.end() ? 0 : it->second.size();
 }
 
+size_t KernelRegistry::module_loads() const {
+  std::shared_lock lock(mu_);
+  size_t n = 0;
+  for (const auto& [ctx, kernels] : contexts_) n += kernels.size();
+  return n;
+}
+
 Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, bool allow_build) {
   std::lock_guard load_lock(load_mu_);
   if (auto k = find(ctx, key)) return *k;  // loaded meanwhile
@@ -56,7 +63,6 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   CUmodule mod = nullptr;
   KDAJIT_TRY(cu_check(*api, api->cuModuleLoadData(&mod, found.entry->cubin.data()),
                       fmt::format("cuModuleLoadData({})", key_name(key))));
-  module_loads_.fetch_add(1, std::memory_order_relaxed);
   LoadedKernel k;
   const std::string entry(entry_name(key.op));
   if (Status s = cu_check(*api, api->cuModuleGetFunction(&k.function, mod, entry.c_str()),

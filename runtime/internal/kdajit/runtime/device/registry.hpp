@@ -48,9 +48,9 @@ class KernelRegistry {
   KernelCache& cache() { return *cache_; }
 
   RegistryStats stats() const;
-  // Modules loaded by this registry (cuModuleLoadData calls that succeeded): one
-  // per (context, key), however many threads and devices call.
-  size_t module_loads() const { return module_loads_.load(std::memory_order_relaxed); }
+  // Kernels loaded by this registry, over every context: one module load per
+  // (context, key), however many threads and devices call.
+  size_t module_loads() const;
   // The kernels loaded in `ctx`.
   size_t kernels_in(CUcontext ctx) const;
 
@@ -61,7 +61,6 @@ class KernelRegistry {
   std::unordered_map<CUcontext, Kernels> contexts_;  // contexts are never removed
   std::mutex load_mu_;  // serialises module loads (rare) so each key loads once per context
   std::atomic<uint64_t> serving_compiles_{0}, serving_compile_us_{0}, disk_loads_{0}, memory_loads_{0};
-  std::atomic<size_t> module_loads_{0};
 };
 
 }  // namespace kdajit
