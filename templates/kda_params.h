@@ -24,14 +24,15 @@ struct KdaParams {
   const kda_bf16_bits* raw_beta;    // [R, H]
   const float* A_log;               // [H]
   const float* dt_bias;             // [H*D]
-  const kda_i32* state_indices;     // single: [R]; packed: [N, T]
+  const kda_i32* state_indices;     // single: [R]; packed: [N, T]; prefill: [N]
   void* state;                      // [S, H, D, D] f32 or bf16
   const kda_bf16_bits* output_gate; // [R, H, D]
   const float* norm_weight;         // [D]
   kda_bf16_bits* output;            // [R, H, D]
-  const kda_i32* query_start_loc;   // packed: [N + 1]
+  const kda_i32* query_start_loc;   // packed, prefill: [N + 1]
   const kda_i32* num_accepted;      // packed: [N]
   kda_i32* oob_counter;             // optional: += out-of-range slots seen
+  const kda_i32* has_initial_state; // prefill: [N] or null (every sequence starts from its slot)
 
   kda_i64 x_row_stride;
   kda_i64 conv_slot_stride;
@@ -46,7 +47,7 @@ struct KdaParams {
   kda_i32 num_slots;  // S
   float lower_bound;
   float norm_eps;
-  kda_i32 pad_;
+  kda_i32 conv_taps;  // K: conv_state taps per channel (prefill reads it; decode has K = T + 2 built in)
 };
 
 #endif  // KDAJIT_KDA_PARAMS_H

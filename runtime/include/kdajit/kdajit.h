@@ -75,7 +75,8 @@ typedef enum kdajit_conv_layout {
 /* The two decode ops: kdajit_single_decode (§2-§3), kdajit_packed_decode (§4). */
 typedef enum kdajit_op {
   KDAJIT_OP_SINGLE = 0, /* one token per row */
-  KDAJIT_OP_PACKED = 1  /* T >= 1 tokens per sequence (draft verify) */
+  KDAJIT_OP_PACKED = 1, /* T >= 1 tokens per sequence (draft verify) */
+  KDAJIT_OP_PREFILL = 2 /* whole prompts, chunked (kdajit_prefill, §10); keys carry the chunk size as t */
 } kdajit_op_t;
 
 /* A host-side promise about the state_indices values, so that the launch can
@@ -183,6 +184,49 @@ typedef struct kdajit_decode_args {
   int32_t* oob_counter; /* optional device int32: += number of out-of-range slots seen */
 } kdajit_decode_args_t;
 
+/* Arguments of kdajit_prefill (docs/CONTRACT.md §10): N sequences of any
+ * length (0 allowed) packed in T_total rows, one state slot each. Every tensor
+ * not described here has the decode ops' rules with R = T_total rows.
+ * Initialise with kdajit_prefill_args_init(). */
+typedef struct kdajit_prefill_args {
+  /* sizeof(kdajit_prefill_args_t) of the caller's header: kdajit_prefill_args_init sets it. */
+  size_t struct_size;
+  kdajit_tensor_t x;                 /* [T_total, 3*H*128] bf16, strides (row >= 3*H*128, 1) */
+  kdajit_tensor_t conv_weight;       /* [3, 4, H*128] f32, contiguous */
+  /* [S, 3*H*128, K] bf16 with K in 3..18, SD or DS strides (§1.3). A sequence
+   * reads taps 0..2 as its history and writes its last 3 inputs there. */
+  kdajit_tensor_t conv_state;
+  kdajit_tensor_t raw_gate;          /* [T_total, H, 128] bf16 */
+  kdajit_tensor_t raw_beta;          /* [T_total, H] bf16 */
+  kdajit_tensor_t A_log;             /* [H] f32 */
+  kdajit_tensor_t dt_bias;           /* [H*128] f32 */
+  /* [N] int32, contiguous, device values: the slot of sequence n (1..S-1;
+   * <= 0 null and >= S out of range: its rows are zeros, nothing is written).
+   * Defines N (0..2^31-2). Live sequences have distinct slots. */
+  kdajit_tensor_t state_indices;
+  /* [N] int32, contiguous, device values, or empty (ndim 0 or shape [0] with
+   * data NULL): every sequence starts from its slot. 0: sequence n starts from
+   * zero state and zero conv history whatever its slot holds. */
+  kdajit_tensor_t has_initial_state;
+  kdajit_tensor_t state;             /* [S, H, 128, 128] f32 or bf16, as the decode ops */
+  kdajit_tensor_t output_gate;       /* [T_total, H, 128] bf16 */
+  kdajit_tensor_t norm_weight;       /* [128] f32 */
+  kdajit_tensor_t output;            /* [T_total, H, 128] bf16, every element written */
+  /* [N + 1] int32, contiguous, device values: sequence n owns rows
+   * [qsl[n], qsl[n+1]); malformed ranges give zeros (§10). */
+  kdajit_tensor_t query_start_loc;
+  kdajit_gate_t gate;
+  float lower_bound; /* bounded gate: finite and < 0 */
+  float norm_eps;    /* >= 0 */
+  /* A host-side upper bound of the longest sequence, for the route selector
+   * only (no device read); 0: T_total. Every route computes every length, so
+   * a wrong hint costs speed, never correctness (a CUDA graph captured with one
+   * hint stays correct when replayed over other lengths). */
+  int64_t max_seq_len;
+  /* NULL or a 4-byte aligned device int32: += one per sequence whose slot is >= S. */
+  int32_t* oob_counter;
+} kdajit_prefill_args_t;
+
 typedef enum kdajit_log_level {
   KDAJIT_LOG_DEFAULT = -1, /* KDAJIT_LOG, else info */
   KDAJIT_LOG_QUIET = 0,
@@ -253,6 +297,7 @@ typedef struct kdajit_config {
 #define kdajit_config_key kdajit_config_key_v1
 #define kdajit_config_keys kdajit_config_keys_v1
 #define kdajit_selected_key kdajit_selected_key_v1
+#define kdajit_prefill_args_init(args) kdajit_prefill_args_init_v1((args), sizeof(*(args)))
 
 typedef struct kdajit_runtime kdajit_runtime_t;
 typedef struct CUstream_st* kdajit_stream_t; /* a CUstream / cudaStream_t */
@@ -299,6 +344,18 @@ KDAJIT_API kdajit_status_t kdajit_single_decode(kdajit_runtime_t* runtime, const
 KDAJIT_API kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const kdajit_decode_args_t* args,
                                                 kdajit_stream_t stream);
 
+/* Zeroes args, then sets struct_size, gate BOUNDED, lower_bound -5, norm_eps
+ * 1e-6, max_seq_len 0 and oob_counter NULL, within the first struct_size bytes. */
+KDAJIT_API void kdajit_prefill_args_init_v1(kdajit_prefill_args_t* args, size_t struct_size);
+/* Validate (§10), then launch the chunked prefill of every sequence on stream:
+ * conv, norms, gates, the delta rule from each slot's state, the final state
+ * and conv history back to the slot, the gated RMSNorm into output. The same
+ * rules as the decode calls: no synchronisation, allocation or device read on
+ * the host; KDAJIT_ERROR_CAPTURE for a compile while the stream captures. */
+KDAJIT_API kdajit_status_t kdajit_prefill(kdajit_runtime_t* runtime, const kdajit_prefill_args_t* args,
+                                          kdajit_stream_t stream);
+/* Validates prefill args against §10 without launching. */
+KDAJIT_API kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args);
 /* Validates args against the contract (docs/CONTRACT.md §6) without launching. */
 KDAJIT_API kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t* args);
 

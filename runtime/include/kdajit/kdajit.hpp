@@ -50,6 +50,8 @@ inline TensorView dense_tensor_view(void* data, kdajit_dtype_t dtype, std::initi
 // scalars (§1.4). Start from default_decode_args(), which sets struct_size
 // (§9: the calls below read the struct through it, as the C ABI does).
 using DecodeArgs = kdajit_decode_args_t;
+// The prefill op's arguments (§10); start from default_prefill_args().
+using PrefillArgs = kdajit_prefill_args_t;
 // The key fields of a call, for query_support (§5); start from
 // kdajit_config_init(&config).
 using SupportConfig = kdajit_config_t;
@@ -101,6 +103,9 @@ struct RuntimeStats {
 // Default-initialised decode arguments (struct_size, gate bounded, lower_bound
 // -5, norm_eps 1e-6, mode unique_or_null, every tensor empty, no oob_counter; §1.4).
 KDAJIT_API DecodeArgs default_decode_args();
+// Default-initialised prefill arguments (struct_size, gate bounded, lower_bound
+// -5, norm_eps 1e-6, max_seq_len 0, every tensor empty, no oob_counter).
+KDAJIT_API PrefillArgs default_prefill_args();
 
 // One runtime per engine process; thread-safe. Calls take the CUDA stream to
 // launch on; they never synchronise, allocate device memory or read device
@@ -119,6 +124,10 @@ class KDAJIT_API Runtime {
   // rejects state_indices_mode repeated_positive.
   Outcome single_decode(const DecodeArgs& args, StreamHandle stream);
   Outcome packed_decode(const DecodeArgs& args, StreamHandle stream);
+  // The chunked prefill of N packed sequences (§10).
+  Outcome prefill(const PrefillArgs& args, StreamHandle stream);
+  // The kernel key name a prefill with these args would launch on `stream`.
+  Outcome selected_prefill_key(const PrefillArgs& args, StreamHandle stream, std::string* key_name);
 
   // The kernel key name a call with these args would launch on `stream`
   // (validation and route selection; nothing compiled or launched).
