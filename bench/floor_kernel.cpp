@@ -329,7 +329,7 @@ Status FloorKernels::load(const std::string& cubin, int sms, int smem_per_sm, in
   KDAJIT_TRY_ASSIGN(const DriverApi* f, driver());
   KDAJIT_TRY(module_.load(cubin));
   max_tokens_ = max_tokens;
-  for (Op op : all_values<Op>())
+  for (Op op : kDecodeOps)  // one floor per decode op
     for (StateDtype st : all_values<StateDtype>())
       for (int sh = 0; sh < kFloorShapeCount; ++sh) {
         Entry& e = entries_[static_cast<size_t>(index(op, st, sh))];

@@ -48,11 +48,13 @@ Result<std::vector<E>> parse_list(const char* flag, const std::vector<std::strin
 Result<std::vector<Cell>> make_cells(const Options& o) {
   std::vector<Op> ops;
   if (o.op == "all") {
-    for (Op op : all_values<Op>()) ops.push_back(op);
-  } else if (auto op = parse_field<Op>(o.op)) {
+    for (Op op : kDecodeOps) ops.push_back(op);
+  } else if (auto op = parse_field<Op>(o.op); op && *op != Op::prefill) {
     ops.push_back(*op);
   } else {
-    return invalid_argument(fmt::format("--op: expected one of {}, all, got '{}'", choices<Op>(", "), o.op));
+    // The grid times the decode ops (their cells are rows or sequences of T tokens).
+    return invalid_argument(fmt::format("--op: expected one of {}, {}, all, got '{}'", to_string(Op::single),
+                                        to_string(Op::packed), o.op));
   }
   KDAJIT_TRY_ASSIGN(std::vector<StateDtype> states, parse_list<StateDtype>("--state", o.states));
   if (states.empty())

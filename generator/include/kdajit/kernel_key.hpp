@@ -104,7 +104,9 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
   return out;
 }
-// "single|packed": the allowed spellings, for messages and help.
+// The two decode ops (kdajit_decode_args_t), for what serves only them.
+inline constexpr std::array<Op, 2> kDecodeOps = {Op::single, Op::packed};
+// "single|packed|prefill": the allowed spellings, for messages and help.
 template <KeyEnum E>
 std::string choices(std::string_view sep = "|") {
   std::string s;

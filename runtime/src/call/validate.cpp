@@ -42,6 +42,12 @@
 // Not checked: slot, query_start_loc and accepted-token values (device memory),
 // and aliasing between tensors (engines interleave conv_state and state slots in
 // one pool, so address ranges overlap legitimately).
+//
+// The prefill op (docs/CONTRACT.md §10, validate_prefill) takes the same rules
+// with R = T_total, except: state_indices [N] (N in 1..2^31-2, so that N + 1
+// fits), query_start_loc [N + 1], has_initial_state [N] or empty (ndim 0, or
+// shape [0]), conv_state [S, qkv, K] with K in 3..18 from its shape, no
+// state_indices_mode, and max_seq_len >= 0 (the selector's hint).
 #include "kdajit/runtime/call/validate.hpp"
 
 #include <algorithm>

@@ -71,8 +71,9 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
     api->cuModuleUnload(mod);
     return std::move(s).error();
   }
-  // Routes with shared-memory stages opt in to their dynamic shared memory
-  // (above 48 KiB a launch fails without it).
+  // Routes with shared-memory stages, and every prefill key (the chunk's
+  // buffers, kPrefillSmemBytes), opt in to their dynamic shared memory (above
+  // 48 KiB a launch fails without it).
   if (const uint32_t smem = route_spec(key.route).dynamic_smem_bytes(key); smem > 0) {
     if (Status s = cu_check(*api,
                             api->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
