@@ -181,7 +181,10 @@ json layers_json(const KernelCache& cache) {
 }
 
 json routes_json(const Selection& sel) {
-  return {{"sm_count", sel.sm_count}, {"sm_count_source", sel.sm_source}, {"left_out", sel.routes_left_out}};
+  return {{"sm_count", sel.sm_count},
+          {"sm_count_source", sel.sm_source},
+          {"left_out", sel.routes_left_out},
+          {"prefill", "every route: the pick depends on the prompt lengths"}};
 }
 
 std::string routes_text(const Selection& sel, const Opts& o) {

@@ -23,6 +23,7 @@ std::set<std::string> prewarm_keys(const std::vector<std::string>& args, const s
   std::set<std::string> keys;
   for (const auto& row : j.at("results")) keys.insert(row.at("key").get<std::string>());
   if (left_out) *left_out = j.contains("routes") ? j["routes"].at("left_out").get<size_t>() : 0;
+  if (j.contains("routes")) CHECK(j["routes"].at("prefill") == "every route: the pick depends on the prompt lengths");
   return keys;
 }
 
