@@ -100,7 +100,7 @@ def log(msg):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fla", required=True, help="the folder that holds the built fla/ package (e.g. .peers)")
+    p.add_argument("--fla", help="the folder that holds the built fla/ package (e.g. .peers); required to measure")
     p.add_argument("--lib", help="libkdajit.so for the package (sets KDAJIT_LIBRARY; default: the package's search)")
     p.add_argument("--heads", default="16,32,64", help="H values, comma-separated (default 16,32,64)")
     p.add_argument("--shapes", default="8x2048,4x8192,1x16384,mix64",
@@ -112,7 +112,13 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first; FLA's first autotunes (default 3)")
     p.add_argument("--matmul-n", type=int, default=8192, help="n of the n^3 bf16 matmul of the rate (default 8192)")
     p.add_argument("--json", help="write every number to this file (outside the repository)")
+    p.add_argument("--tables", metavar="JSON", help="print the tables of a run's --json file (also a partial one) "
+                   "and exit; measures nothing")
     a = p.parse_args(argv)
+    if a.tables:
+        return a
+    if not a.fla:
+        p.error("--fla: expected the folder that holds the built fla/ package (e.g. .peers)")
     try:
         a.heads = [int(h) for h in a.heads.split(",")]
     except ValueError:
@@ -391,6 +397,10 @@ def load_kdajit(lib):
     return kdajit, path, None
 
 
+class RouteUnavailable(Exception):
+    """A route that cannot be forced here (not in the library's route table, or not for this op)."""
+
+
 class RouteForcer:
     """Installs a kdajit.Runtime(route=...) as the package's process runtime
     inside `with forced(route)` (route None: the selector's runtime)."""
@@ -398,6 +408,20 @@ class RouteForcer:
     def __init__(self, kdajit):
         self.kdajit = kdajit
         self.runtimes = {}
+        self.unavailable = {}
+        try:
+            from kdajit import _abi
+            table = _abi.routes()  # {route: [ops]}
+        except Exception:  # noqa: BLE001 - a package without the table: every route is tried
+            table = {}
+        prefill = [r for r, ops in table.items() if "prefill" in ops]
+        # The routes to force: the four of the prefill design, then any other route the table gives the op.
+        self.routes = list(ROUTES) + [r for r in prefill if r not in ROUTES]
+        for r in self.routes:
+            if table and r not in table:
+                self.unavailable[r] = f"route {r} is not in this library's route table ({', '.join(table)})"
+            elif prefill and r not in prefill:
+                self.unavailable[r] = f"route {r} does not serve the prefill op (route table: {', '.join(table[r])})"
 
     @contextlib.contextmanager
     def forced(self, route):
@@ -405,9 +429,15 @@ class RouteForcer:
             yield
             return
         from kdajit import _runtime as process
+        if route in self.unavailable:
+            raise RouteUnavailable(self.unavailable[route])
         base = self.kdajit.runtime()
         if route not in self.runtimes:
-            self.runtimes[route] = self.kdajit.Runtime(route=route, cache_dir=base.options["cache_dir"])
+            try:
+                self.runtimes[route] = self.kdajit.Runtime(route=route, cache_dir=base.options["cache_dir"])
+            except ValueError as e:
+                self.unavailable[route] = error_text(e)
+                raise RouteUnavailable(self.unavailable[route]) from e
         saved = process._runtime
         process._runtime = self.runtimes[route]
         try:
@@ -436,7 +466,7 @@ def kdajit_key(kdajit, p):
         return None
 
 
-def prewarm_kdajit(kd, torch, heads, states, routes):
+def prewarm_kdajit(kd, torch, heads, states):
     """Starts compiling, in the background (CPU only), the kernels the grid
     will call: per H and state dtype, the key each forced route gives on a small
     problem (a forced route's key does not depend on the lengths; the selector
@@ -447,9 +477,12 @@ def prewarm_kdajit(kd, torch, heads, states, routes):
         for h in heads:
             for state in states:
                 p = Problem(torch, [CHUNK, CHUNK], h, state, "cuda", 0)
-                for route in (None,) + tuple(routes):
-                    with forcer.forced(route):
-                        key = kdajit_key(kdajit, p)
+                for route in [None] + forcer.routes:
+                    try:
+                        with forcer.forced(route):
+                            key = kdajit_key(kdajit, p)
+                    except RouteUnavailable:
+                        key = None
                     if key:
                         keys.add(key)
         if not keys:
@@ -485,6 +518,8 @@ def measure_kdajit(torch, kd, p, a, route):
         with forcer.forced(route):
             key = kdajit_key(kdajit, p)
             r = measure(torch, lambda: op(*args, **kwargs), a)
+    except RouteUnavailable as e:
+        return {"error": str(e), "eligible": False}
     except Exception as e:  # noqa: BLE001 - a failing kdajit cell is reported, the run goes on
         torch.cuda.synchronize()
         return {"error": error_text(e), "eligible": not isinstance(e, NotImplementedError)}
@@ -548,12 +583,14 @@ def tables(cells, routes=False):
         return r.get("us") if r and "error" not in r else None
 
     if routes:
-        lines += ["| cell | selector | " + " | ".join(ROUTES) + " |", "|---" * (len(ROUTES) + 2) + "|"]
+        names = list(ROUTES) + [r for c in cells for r in c.get("forced", {}) if r not in ROUTES]
+        names = list(dict.fromkeys(names))
+        lines += ["| cell | selector | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
         for c in cells:
             kd = c.get("kdajit", {})
             sel = f"{kd.get('route') or '?'}" if "error" not in kd else "error " + note(kd["error"])
             row = []
-            for r in ROUTES:
+            for r in names:
                 f = c.get("forced", {}).get(r)
                 if f is None:
                     row.append("-")
@@ -654,14 +691,28 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
     c["kdajit"] = measure_kdajit(torch, kd, p, a, None)
     failed |= "error" in c["kdajit"]
     if a.routes and "error" not in c["kdajit"]:
-        c["forced"] = {r: measure_kdajit(torch, kd, p, a, r) for r in ROUTES}
+        c["forced"] = {r: measure_kdajit(torch, kd, p, a, r) for r in kd.forcer.routes}
         failed |= any(f.get("eligible") and "error" in f for f in c["forced"].values())
     c["seconds"] = time.time() - t_cell
     return failed
 
 
+def print_tables(doc):
+    print(f"# kdajit prefill vs FLA chunk_kda @ {doc['versions']['fla_commit'][:12]} on {doc['gpu']}: copy bandwidth "
+          f"{doc['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, dense bf16 {doc['bf16_matmul_flop_per_s'] / 1e12:.0f} "
+          f"TFLOP/s ({doc['matmul_n']}^3 matmul); median of {doc['settings']['iters']} calls, L2 flushed; "
+          f"status {doc['status']}")
+    if doc.get("stopped"):
+        print(f"# stopped at {doc['stopped']}")
+    print("\n".join(tables(doc["cells"], routes=bool(doc["settings"]["routes"]))), flush=True)
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.tables:
+        with open(a.tables) as f:
+            print_tables(json.load(f))
+        return 0
     import torch
     if not torch.cuda.is_available():
         print("bench_prefill: no CUDA GPU; skipped")
@@ -671,9 +722,9 @@ def main(argv=None):
     kd = Kdajit(a.lib)
     if kd.error:
         log(f"kdajit: {kd.error} (every kdajit cell reports it)")
-    routes = ROUTES if a.routes else ()
+    routes = (kd.forcer.routes if kd.forcer else list(ROUTES)) if a.routes else []
     if kd.error is None:
-        pre = prewarm_kdajit(kd, torch, a.heads, a.states, ROUTES)
+        pre = prewarm_kdajit(kd, torch, a.heads, a.states)
         kd.prewarm_pending = isinstance(pre, int)
         log(f"kdajit: pre-warming {pre} kernel keys in the background" if isinstance(pre, int)
             else f"kdajit: no pre-warm ({pre}); the first calls compile")
@@ -706,9 +757,7 @@ def main(argv=None):
     doc["status"] = "failed" if failed else "ok"
     doc["total_seconds"] = time.time() - t_start
     write_json(a.json, doc)
-    print(f"# kdajit prefill vs FLA chunk_kda @ {commit[:12]} on {gpu}: copy bandwidth {copy_bw / 1e9:.0f} GB/s, "
-          f"dense bf16 {rate / 1e12:.0f} TFLOP/s ({a.matmul_n}^3 matmul); median of {a.iters} calls, L2 flushed")
-    print("\n".join(tables(doc["cells"], routes=bool(routes))), flush=True)
+    print_tables(doc)
     return 1 if failed else 0
 
 

@@ -6,6 +6,7 @@ stand-in for chunk_kda, the route forcing, and the table code."""
 import contextlib
 import inspect
 import io
+import json
 import math
 import os
 import tempfile
@@ -127,6 +128,10 @@ class Grid(unittest.TestCase):
         self.assertIn("--states: expected f32, bf16 or both", self.parse_error("--states", "f32,f32"))
         self.assertIn("--iters: expected at least 3", self.parse_error("--iters", "2"))
         self.assertIn("--warmup: expected at least 1", self.parse_error("--warmup", "0"))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+            tool.parse_args([])
+        self.assertIn("--fla: expected the folder that holds the built fla/ package", err.getvalue())
 
     def test_json_stays_outside_the_tree(self):
         inside = os.path.join(tool.REPO, "bench", "prefill.json")
@@ -282,6 +287,33 @@ class RouteForcing(unittest.TestCase):
             raise KeyError("restored on errors too")
         self.assertEqual(_launch._handle(), base.handle)
 
+    def test_routes_follow_the_library_table(self):
+        try:
+            import kdajit
+            from kdajit import _abi
+            kdajit.runtime()
+        except Exception as e:  # noqa: BLE001
+            self.skipTest(f"kdajit library not loadable: {e}")
+        real = _abi.routes
+        try:
+            _abi.routes = lambda: {"rowcta": ["single", "packed", "prefill"], "split2": ["single", "prefill"],
+                                   "split4": ["single"], "stream": ["single"], "wide": ["prefill"]}
+            forcer = tool.RouteForcer(kdajit)
+        finally:
+            _abi.routes = real
+        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "wide"])
+        self.assertEqual(sorted(forcer.unavailable), ["split4", "split8"])
+        self.assertIn("route split4 does not serve the prefill op", forcer.unavailable["split4"])
+        self.assertIn("route split8 is not in this library's route table", forcer.unavailable["split8"])
+        with self.assertRaises(tool.RouteUnavailable), forcer.forced("split4"):
+            pass
+        # A name the library refuses when the runtime is made is unavailable too.
+        forcer = tool.RouteForcer(kdajit)
+        forcer.unavailable.clear()
+        with self.assertRaises(tool.RouteUnavailable), forcer.forced("no_such_route"):
+            pass
+        self.assertIn("no_such_route", forcer.unavailable)
+
     def test_route_of_key(self):
         self.assertEqual(tool.route_of_key("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_split4.sm_90"),
                          "split4")
@@ -335,6 +367,25 @@ class Tables(unittest.TestCase):
         self.assertEqual(lines[2], "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] |")
         self.assertEqual(lines[-2:], ["[1] NotImplementedError: route split4 cannot serve",
                                       "[2] KdajitError: launch failed"])
+
+    def test_tables_of_a_partial_json(self):
+        doc = {"gpu": "NVIDIA H200", "versions": {"fla_commit": "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89"},
+               "copy_bandwidth_bytes_per_s": 4.27e12, "bf16_matmul_flop_per_s": 7.9e14, "matmul_n": 8192,
+               "settings": {"iters": 20, "routes": []}, "status": "running", "stopped": "mix64 H64 bf16: lost",
+               "cells": [cell("8x2048", 16, "f32", {"us": 250.0, "route": "split2"}, {"us": 1000.0}, 1250.0)]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "prefill.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            rc, out, _ = bench_tools.run_main(tool, ["--tables", path])
+        self.assertEqual(rc, 0)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "# kdajit prefill vs FLA chunk_kda @ bc3b101dcb71 on NVIDIA H200: copy bandwidth "
+                                   "4270 GB/s, dense bf16 790 TFLOP/s (8192^3 matmul); median of 20 calls, L2 "
+                                   "flushed; status running")
+        self.assertEqual(lines[1], "# stopped at mix64 H64 bf16: lost")
+        self.assertEqual(lines[-1], "| 8x2048 H16 f32 | 250 | split2 | 1000 | 1250 | 4.00 | 5.00 | 100 | 2.50 "
+                                    "| memory |")
 
 
 if __name__ == "__main__":
