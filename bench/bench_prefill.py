@@ -273,12 +273,14 @@ def kdajit_arguments(p, conv_state=None, state=None, out=None):
 class Engine:
     """What an engine runs around chunk_kda for the prefill op, in torch ops.
 
-    The conv works on a padded copy of the batch: sequence n's 3 history rows
-    (from its conv slot) then its tokens, at row offset qsl[n] + 3n, so one
-    depthwise conv1d over the whole buffer gives every token's output (the
-    outputs that would mix two sequences are skipped). The last 3 rows of each
-    sequence's stretch are its new conv history (for sequences shorter than 3
-    they include old history, as the conv state must)."""
+    The conv works on a padded, channel-major copy of the batch ([3*H*128, T +
+    3N], the layout conv1d reads): sequence n's 3 history columns (from its
+    conv slot) then its tokens, from column qsl[n] + 3n, so one depthwise conv1d
+    over the whole buffer gives every token's output (the outputs that would mix
+    two sequences are skipped); gathering those back token-major gives q, k and v
+    contiguous, as chunk_kda takes them. The last 3 columns of each sequence's
+    stretch are its new conv history (for sequences shorter than 3 they include
+    old history, as the conv state must)."""
 
     def __init__(self, torch, chunk_kda, p, norm_eps=NORM_EPS):
         import torch.nn.functional as F
@@ -291,11 +293,11 @@ class Engine:
         token = torch.arange(T)
         pad_start = p.query_start_loc_cpu[:-1].long() + 3 * torch.arange(N)
         three = torch.arange(3)
-        self.padded_rows = T + 3 * N
-        self.token_rows = (token + 3 * (seq_of_token + 1)).to(device)
-        self.history_rows = (pad_start[:, None] + three).reshape(-1).to(device)
-        self.new_history_rows = (pad_start[:, None] + lengths[:, None] + three).reshape(-1).to(device)
-        self.conv_out_rows = (token + 3 * seq_of_token).to(device)  # conv output j covers padded rows j..j+3
+        self.padded_len = T + 3 * N
+        self.token_cols = (token + 3 * (seq_of_token + 1)).to(device)
+        self.history_cols = (pad_start[:, None] + three).reshape(-1).to(device)
+        self.new_history_cols = (pad_start[:, None] + lengths[:, None] + three).reshape(-1).to(device)
+        self.conv_out_cols = (token + 3 * seq_of_token).to(device)  # conv output j covers padded columns j..j+3
         self.slots = p.state_indices.long()
         # The conv weight as the engine keeps it: [3*H*128, 1, 4] in the activations' dtype.
         self.weight = p.conv_weight.permute(0, 2, 1).reshape(3 * H * D, 1, 4).to(p.x.dtype)
@@ -315,11 +317,11 @@ class Engine:
         h0 = torch.empty(N, H, D, D, dtype=torch.float32, device=state.device)
         h0.copy_(state.index_select(0, self.slots).transpose(-1, -2))
         self._mark(1)
-        xp = p.x.new_empty(self.padded_rows, qkv)
-        xp.index_copy_(0, self.token_rows, p.x)
-        xp.index_copy_(0, self.history_rows, history.reshape(3 * N, qkv))
-        y = F.conv1d(xp.t().unsqueeze(0), self.weight, groups=qkv)[0]  # [qkv, T + 3N - 3]
-        q, k, v = (F.silu(y[j * hidden:(j + 1) * hidden].t().index_select(0, self.conv_out_rows), inplace=True)
+        xp = p.x.new_empty(qkv, self.padded_len)
+        xp.index_copy_(1, self.token_cols, p.x.t())
+        xp.index_copy_(1, self.history_cols, history.reshape(3 * N, qkv).t())
+        y = F.conv1d(xp.unsqueeze(0), self.weight, groups=qkv)[0]  # [qkv, T + 3N - 3]
+        q, k, v = (F.silu(y[j * hidden:(j + 1) * hidden].t().index_select(0, self.conv_out_cols), inplace=True)
                    .view(1, T, H, D) for j in range(3))
         return q, k, v, h0, xp
 
@@ -341,7 +343,7 @@ class Engine:
         self._mark(4)
         state.index_copy_(0, self.slots, ht.transpose(-1, -2).to(state.dtype))
         conv_state.transpose(1, 2).index_copy_(
-            0, self.slots, xp.index_select(0, self.new_history_rows).view(p.sequences, 3, 3 * p.heads * D))
+            0, self.slots, xp.index_select(1, self.new_history_cols).t().reshape(p.sequences, 3, 3 * p.heads * D))
         self._mark(5)
         return out
 
@@ -539,6 +541,7 @@ def check_cell(torch, kd, engine, p):
     try:
         args, kwargs = kdajit_arguments(p, cs_k, st_k, out_k)
         got = kdajit.fused_kda_prefill(*args, **kwargs)
+        got = out_k if got is None else got
         torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001
         torch.cuda.synchronize()
