@@ -676,7 +676,10 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
     torch.cuda.synchronize()
     if kd.prewarm_pending:
         kd.prewarm_pending = False
-        kd.module.runtime().wait_prewarm()
+        try:
+            kd.module.runtime().wait_prewarm()
+        except Exception as e:  # noqa: BLE001 - the first calls compile what the pre-warm did not
+            log(f"kdajit: pre-warm: {error_text(e)}")
     c["fla_engine"] = measure(torch, lambda: engine(p.conv_state, p.state, out), a)
     c["engine_stages"] = time_stages(torch, engine, out, min(a.iters, 10))
     if (shape, h) in bare_of:
