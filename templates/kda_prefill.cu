@@ -429,25 +429,29 @@ __device__ __forceinline__ void factored_blocks(const Smem& sm) {
     const float* R = G + (kSub * i + 7) * kD;
     const int t0 = kSub * i + g, t1 = t0 + 8;
     float ca[2][4] = {}, cm[2][4] = {};
+    // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte load of G.
+    auto pair_bf16 = [](const unsigned short* row, int k) { return *reinterpret_cast<const unsigned*>(row + k); };
+    auto pair_f32 = [](const float* row, int k) { return *reinterpret_cast<const float2*>(row + k); };
 #pragma unroll 4
     for (int kk = 0; kk < kD / 8; ++kk) {
       const int k = 8 * kk + 2 * q;
-      const float r0 = R[k], r1 = R[k + 1];
-      const float e00 = __expf(G[t0 * kD + k] - r0), e01 = __expf(G[t0 * kD + k + 1] - r1);
-      const float e10 = __expf(G[t1 * kD + k] - r0), e11 = __expf(G[t1 * kD + k + 1] - r1);
-      const unsigned qa0 = to_tf32(bf16_to_f32(mq[t0 * kD + k]) * e00);
-      const unsigned qa2 = to_tf32(bf16_to_f32(mq[t0 * kD + k + 1]) * e01);
-      const unsigned qa1 = to_tf32(bf16_to_f32(mq[t1 * kD + k]) * e10);
-      const unsigned qa3 = to_tf32(bf16_to_f32(mq[t1 * kD + k + 1]) * e11);
-      const unsigned ka0 = to_tf32(bf16_to_f32(mk[t0 * kD + k]) * e00);
-      const unsigned ka2 = to_tf32(bf16_to_f32(mk[t0 * kD + k + 1]) * e01);
-      const unsigned ka1 = to_tf32(bf16_to_f32(mk[t1 * kD + k]) * e10);
-      const unsigned ka3 = to_tf32(bf16_to_f32(mk[t1 * kD + k + 1]) * e11);
+      const float2 r = pair_f32(R, k);
+      const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
+      const float e00 = __expf(g0.x - r.x), e01 = __expf(g0.y - r.y);
+      const float e10 = __expf(g1.x - r.x), e11 = __expf(g1.y - r.y);
+      const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
+      const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
+      const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
+      const unsigned qa1 = to_tf32(bf16lo_to_f32(q1w) * e10), qa3 = to_tf32(bf16hi_to_f32(q1w) * e11);
+      const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
+      const unsigned ka1 = to_tf32(bf16lo_to_f32(k1w) * e10), ka3 = to_tf32(bf16hi_to_f32(k1w) * e11);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int s = kSub * j + 8 * nt + g;
-        const unsigned kb0 = to_tf32(bf16_to_f32(mk[s * kD + k]) * __expf(r0 - G[s * kD + k]));
-        const unsigned kb1 = to_tf32(bf16_to_f32(mk[s * kD + k + 1]) * __expf(r1 - G[s * kD + k + 1]));
+        const unsigned sw = pair_bf16(mk + s * kD, k);
+        const float2 gs = pair_f32(G + s * kD, k);
+        const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * __expf(r.x - gs.x));
+        const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * __expf(r.y - gs.y));
         mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
         mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
       }
@@ -767,10 +771,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   if (n == p.num_seqs - 1) zero_output(p, h, q1, p.rows, v0);
   if (slot >= p.num_slots && h == 0 && rank == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
     atomicAdd(p.oob_counter, 1);
-  const bool well_formed = 0 <= q0 && q0 <= q1 && q1 <= p.rows;
-  if (!well_formed) return;
-  if (q1 == q0) return;
-  if (!slot_valid(slot, p.num_slots)) {
+  // A sequence computes its rows when it is live: a well-formed, non-empty
+  // range and a valid slot. Otherwise its range, clamped to the call's rows,
+  // is zeros; with the rows before qsl[0] and after qsl[N] that covers every
+  // row no live sequence computes (an ascending path from qsl[0] to qsl[N]
+  // steps over every row between them).
+  const bool live = 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
+  if (!live) {
     zero_output(p, h, q0, q1, v0);
     return;
   }
