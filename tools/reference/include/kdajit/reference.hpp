@@ -80,6 +80,9 @@ struct WritePlan {
   std::vector<int32_t> conv_taps_written;  // [S]: taps 0..n-1 of that conv slot are written (0: untouched)
 };
 Result<WritePlan> plan_writes(kdajit_op_t op, const kdajit_decode_args_t& args);
+// The same for a prefill call: its live sequences' rows, and their slots'
+// state and conv taps 0..2 (conv_taps_written 3).
+Result<WritePlan> plan_prefill_writes(const PrefillArgs& args);
 
 // Element access through a view (ndim indices, in elements). f32, bf16 and
 // int32 are read as f64; store rounds to the view's dtype (bf16: round_bf16).
