@@ -373,7 +373,8 @@ void check_report(const ref::CompareReport& rep, const std::string& what) {
 // count. route: the forced route, whose key the call must name. Returns got
 // after the call.
 PrefillProblem run_and_compare(Runtime& rt, PrefillProblem& expected, PrefillProblem got, const std::string& what,
-                               int64_t max_seq_len = 0, const PrefillSpec* spec = nullptr, std::string_view route = {}) {
+                               int64_t max_seq_len = 0, const PrefillSpec* spec = nullptr,
+                               std::string_view route = {}) {
   INFO(what);
   DevicePrefill dev(got);
   Counter oob;
@@ -399,7 +400,8 @@ void check_routes(const PrefillSpec& spec, std::initializer_list<std::string_vie
   PrefillProblem p = make_prefill(spec);
   PrefillProblem expected = p;
   expected.run_reference();
-  for (std::string_view route : routes) run_and_compare(runtime_for(route), expected, p, spec.key_name(route), 0, &spec, route);
+  for (std::string_view route : routes)
+    run_and_compare(runtime_for(route), expected, p, spec.key_name(route), 0, &spec, route);
 }
 
 // Lengths 0, 1, 63, 64, 65 (one chunk and its neighbours) and 1000 (many chunks,
@@ -571,7 +573,8 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
         for (int64_t r = 0; r < split; ++r) {
           for (int64_t h = 0; h < out2.shape[1]; ++h)
             for (int64_t d = 0; d < out2.shape[2]; ++d)
-              if (ref::load(out2, {r, h, d}) != 0.0) FAIL(fmt::format("second call: row {} below qsl[0] is not zero", r));
+              if (ref::load(out2, {r, h, d}) != 0.0)
+                FAIL(fmt::format("second call: output row {} (below qsl[0]) is not zero", r));
           two.set_output_row(r, first.output_row(r));
         }
         check_report(ref::compare(expected.tensors, two.tensors, expected.plan(), prefill_tolerances()),
