@@ -201,23 +201,25 @@ def _bound(op, args, kwargs):
     import inspect
 
     name = getattr(op, "__name__", op)
-    if name not in ("fused_kda_decode", "packed_fused_kda_decode"):
-        raise ValueError(f"op: expected fused_kda_decode or packed_fused_kda_decode, got {op!r}")
-    fn = fused_kda_decode if name == "fused_kda_decode" else packed_fused_kda_decode
+    ops = {"fused_kda_decode": (fused_kda_decode, _launch.single_impl, "output"),
+           "packed_fused_kda_decode": (packed_fused_kda_decode, _launch.packed_impl, "output"),
+           "fused_kda_prefill": (fused_kda_prefill, _launch.prefill_impl, "out")}
+    if not isinstance(name, str) or name not in ops:
+        raise ValueError(f"op: expected fused_kda_decode, packed_fused_kda_decode or fused_kda_prefill, got {op!r}")
+    fn, impl, out = ops[name]
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     a = dict(bound.arguments)
-    impl = _launch.single_impl if name == "fused_kda_decode" else _launch.packed_impl
-    if a["output"] is None:
-        a["output"] = _launch.new_output(a["x"], a["A_log"], lambda stand_in: impl(**{**a, "output": stand_in},
-                                                                                    dry=True))
+    if a[out] is None:
+        a[out] = _launch.new_output(a["x"], a["A_log"], lambda stand_in: impl(**{**a, out: stand_in}, dry=True))
     return impl, a
 
 
 def dry_run(op, *args, **kwargs):
-    """What a call of `op` (fused_kda_decode / packed_fused_kda_decode, or its name)
-    with these arguments would pass to the C library: the kdajit_decode_args_t
-    bytes, after the same mapping and kdajit_validate_args, without launching.
+    """What a call of `op` (fused_kda_decode / packed_fused_kda_decode /
+    fused_kda_prefill, or its name) with these arguments would pass to the C
+    library: the kdajit_decode_args_t (kdajit_prefill_args_t) bytes, after the
+    same mapping and kdajit_validate_args (kdajit_validate_prefill_args), without launching.
     Tensors may live on the CPU (their addresses are only checked, never read)."""
     impl, a = _bound(op, args, kwargs)
     return impl(**a, dry=True)
@@ -226,6 +228,10 @@ def dry_run(op, *args, **kwargs):
 def selected_key(op, *args, **kwargs):
     """The kernel key name a call of `op` with these arguments would launch on the
     current stream (validation and route selection; nothing compiled or launched):
-    what to pre-warm for exactly this call."""
+    what to pre-warm for exactly this call. The decode ops only: the C ABI has
+    no key query for the prefill op."""
+    if getattr(op, "__name__", op) == "fused_kda_prefill":
+        raise ValueError("op: expected fused_kda_decode or packed_fused_kda_decode (the C ABI has no key query "
+                         "for fused_kda_prefill)")
     impl, a = _bound(op, args, kwargs)
     return impl(**a, dry="key")

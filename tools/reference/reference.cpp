@@ -413,7 +413,9 @@ Result<PrefillPlan> plan_prefill(const PrefillArgs& p) {
   plan.g.K = p.conv_state.shape[2];
   KDAJIT_TRY(check_view(p.state_indices, "state_indices", {KDAJIT_DTYPE_INT32}, {N}));
   KDAJIT_TRY(check_view(p.query_start_loc, "query_start_loc", {KDAJIT_DTYPE_INT32}, {N + 1}));
-  const bool all_initial = p.has_initial_state.ndim == 1 && p.has_initial_state.shape[0] == 0;
+  // Empty (ndim 0, or shape [0]): every sequence starts from its slot (kdajit.h).
+  const kdajit_tensor_t& hi = p.has_initial_state;
+  const bool all_initial = hi.ndim == 0 || (hi.ndim == 1 && hi.shape[0] == 0);
   if (!all_initial) KDAJIT_TRY(check_view(p.has_initial_state, "has_initial_state", {KDAJIT_DTYPE_INT32}, {N}));
 
   const Geometry& g = plan.g;

@@ -50,7 +50,8 @@ Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture
 // rows, one slot per sequence. The tensors are the decode ops' except:
 // state_indices [N] (a sequence's conv and state slot), has_initial_state [N]
 // int32 (0: the sequence starts from zero state and zero conv history, its
-// slot's contents are not read; an empty view: every sequence has one), and
+// slot's contents are not read; an empty view, ndim 0 or shape [0]: every
+// sequence has one), and
 // conv_state [S, qkv, K] with any K in 3..18 (taps 0..2 are the history read
 // and rewritten, so a pool shared with the packed op keeps its K = T + 2).
 // Per sequence n, rows qsl[n] .. qsl[n+1] - 1 (L of them):
