@@ -251,7 +251,7 @@ def make_prefill_problem(heads=4, lengths=(5, 3), *, kinds=None, initial=None, t
         None if initial is None else torch.tensor(initial, dtype=torch.int32))
     for d in (args, views):
         d["conv_weight"] = d.pop("weight")
-        d["out"] = d.pop("output")
+        d["out"] = d.pop("output", None)
     p = Problem("prefill", args, views, base.lower_bound, base.norm_eps)
     if device != "cpu":
         p = to_device(p, device)
