@@ -182,6 +182,8 @@ def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_
     """
     traced = _prefill_op is not None and (type(x) is not _Tensor or _is_compiling())
     if out is None:
+        if not traced:
+            _launch._prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter)  # before allocating
         out = _launch.new_output(x, A_log, None if traced else lambda stand_in: _launch.prefill_impl(
             x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
             norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, stand_in,

@@ -373,6 +373,19 @@ class PrefillViolations(unittest.TestCase):
             p = prefill()
             self.assert_rejected(p, arg, phrase, **{arg: value(p), "out": None})
 
+    def test_scalars_are_checked_before_the_output_is_allocated(self):
+        p = prefill()
+        allocated = []
+        new_output = _launch.new_output
+        _launch.new_output = lambda *a: allocated.append(a) or new_output(*a)
+        try:
+            for arg, value in (("gate", "linear"), ("max_seq_len", -1), ("oob_counter", 7), ("norm_eps", "x")):
+                with self.assertRaises(ValueError, msg=arg):
+                    kdajit.fused_kda_prefill(**p.kwargs(**{arg: value, "out": None}))
+        finally:
+            _launch.new_output = new_output
+        self.assertEqual(allocated, [])
+
     def test_library_violations(self):
         if not library_has_prefill():
             self.skipTest("libkdajit.so has no kdajit_prefill (built without the prefill op)")
