@@ -135,7 +135,7 @@ struct PrefillSpec {
 struct PrefillProblem {
   Problem tensors;
   std::vector<int32_t> slots, qsl, initial;  // initial empty: has_initial_state is passed empty
-  int32_t oob_sequences = 0;                 // well-formed sequences of length > 0 whose slot is >= S
+  int32_t oob_sequences = 0;                 // sequences whose slot is >= S (what oob_counter counts)
 
   ref::PrefillArgs host_args() {
     const kdajit_decode_args_t a = tensors.args();
@@ -240,10 +240,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
     p.qsl = s.qsl;
     REQUIRE(static_cast<int64_t>(p.qsl.size()) == N + 1);
   }
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t q0 = p.qsl[static_cast<size_t>(n)], q1 = p.qsl[static_cast<size_t>(n + 1)];
-    p.oob_sequences += q0 >= 0 && q0 < q1 && q1 <= rows && p.slots[static_cast<size_t>(n)] >= S;
-  }
+  for (int32_t slot : p.slots) p.oob_sequences += slot >= S;
   if (!s.initial_empty)
     for (const auto& q : s.seqs) p.initial.push_back(q.initial);
   return p;
