@@ -1,5 +1,6 @@
 // `kdajit selfcheck`: on a GPU, runs every cached kernel of the local arch on
-// fresh random data and checks it against the f64 reference (docs/CONTRACT.md §8).
+// fresh random data and checks it against the f64 reference (docs/CONTRACT.md
+// §8; prefill keys: a few sequences of random lengths, §10's tolerances).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "kdajit/problem.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
+#include "selfcheck_prefill.hpp"
 
 namespace kdajit::cli {
 
@@ -91,6 +93,20 @@ void add_selfcheck_command(CLI::App& app) {
     if (!o->json) fmt::print("{:<{}}  {:>10}  {:>10}  {}\n", "key", width, "output err", "state err", "pass");
     uint64_t seed = o->seed;
     for (const auto& key : keys) {
+      if (key.op == Op::prefill) {
+        auto checked = check_prefill(runtime_for(key.route), key, seed++);
+        const std::string error = checked ? checked->message : checked.error().message;
+        const bool pass = checked && checked->pass;
+        const double out_err = checked ? checked->output_rel_l2 : 0, state_err = checked ? checked->state_rel_l2 : 0;
+        failed += pass ? 0 : 1;
+        report.push_back({{"key", key_name(key)}, {"output_rel_l2", out_err}, {"state_rel_l2", state_err},
+                          {"pass", pass}, {"error", error}});
+        if (!o->json) {
+          fmt::print("{:<{}}  {:>10.2e}  {:>10.2e}  {}\n", key_name(key), width, out_err, state_err, pass ? "pass" : "FAIL");
+          if (!pass) fmt::print("    {}\n", error);
+        }
+        continue;
+      }
       ref::ProblemSpec spec = ref::default_spec(key, seed++);
       // The sequential route exists for repeated slots: check it on them.
       if (key.route == Route::sequential) {

@@ -61,9 +61,14 @@ Result<json> check_value(std::string_view field, const json& v) {
           fmt::format("field '{}': expected one of {}, got '{}'", field, fmt::join(f->values, "|"), quote(s)));
     return v;
   }
-  // heads and t: the key's own validation says what is allowed (t on a packed key).
+  // heads and t: the key's own validation says what is allowed (t on a packed
+  // key, or the chunk size on a prefill key).
   KernelKey base;
-  if (field == "t") base.op = Op::packed;
+  if (field == "t") {
+    const bool chunk = v.is_number_integer() && v.get<int64_t>() == kPrefillChunk;
+    base.op = chunk ? Op::prefill : Op::packed;
+    base.tokens = chunk ? kPrefillChunk : 1;
+  }
   json probe = key_to_json(base);
   if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
     probe[std::string(field)] = 0;  // out of range: the key's message names the range
@@ -114,7 +119,9 @@ std::vector<std::pair<std::string, std::string>> pattern_flag_help() {
     if (f == "arch") continue;
     if (const EnumField* e = enum_field(f)) out.emplace_back(f, fmt::format("{}", fmt::join(e->values, ",")));
     else if (f == "heads") out.emplace_back(f, fmt::format("head counts 1..{}, e.g. 16,64", kMaxHeads));
-    else if (f == "t") out.emplace_back(f, fmt::format("packed tokens 1..{}, e.g. 2,3,4", kMaxTokens));
+    else if (f == "t")
+      out.emplace_back(f, fmt::format("packed tokens 1..{}, e.g. 2,3,4 (single keys take 1, prefill keys {})",
+                                      kMaxTokens, kPrefillChunk));
     else out.emplace_back(f, "values");
   }
   return out;
@@ -184,9 +191,16 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
   if (single_only && obj.contains("t") &&
       std::find(values["t"].begin(), values["t"].end(), json(1)) == values["t"].end())
     return invalid_argument(fmt::format("field 't': op single takes only t=1, got {}", excerpt(json(values["t"]))));
+  const bool prefill_only = values["op"] == std::vector<json>{json(to_string(Op::prefill))};
+  const bool with_prefill =
+      std::find(values["op"].begin(), values["op"].end(), json(to_string(Op::prefill))) != values["op"].end();
+  if (prefill_only && obj.contains("t") &&
+      std::find(values["t"].begin(), values["t"].end(), json(kPrefillChunk)) == values["t"].end())
+    return invalid_argument(fmt::format("field 't': op prefill takes only t={} (the chunk size), got {}", kPrefillChunk,
+                                        excerpt(json(values["t"]))));
 
   // The cartesian product, counted like an odometer so that a pattern past
-  // max_keys stops there; a single key takes t=1 whatever the pattern says.
+  // max_keys stops there.
   std::vector<std::string> product_fields;
   for (const auto& f : fields)
     if (f != "t") product_fields.push_back(f);
@@ -207,13 +221,17 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
       if (i == 0) more = false;
     }
     const bool single = p["op"] == json(to_string(Op::single));
+    const bool prefill = p["op"] == json(to_string(Op::prefill));
     // A route the pattern did not name is every route that serves the key's op.
     if (!obj.contains("route")) {
       auto op = parse_field<Op>(p["op"].get<std::string>());
       auto route = parse_field<Route>(p["route"].get<std::string>());
       if (op && route && !route_spec(*route).serves(*op)) continue;
     }
-    for (const auto& t : single ? std::vector<json>{json(1)} : values["t"]) {
+    // Single keys take t=1 and prefill keys t=64 whatever the pattern says; a
+    // packed key skips the chunk size (named for the prefill keys of the pattern).
+    for (const auto& t : single ? std::vector<json>{json(1)} : prefill ? std::vector<json>{json(kPrefillChunk)} : values["t"]) {
+      if (!single && !prefill && t == json(kPrefillChunk) && with_prefill) continue;
       p["t"] = t;
       auto k = key_from_json(p);
       if (!k) return field_error("t", k.error());

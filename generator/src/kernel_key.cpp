@@ -81,8 +81,12 @@ Status validate(const KernelKey& k) {
     return invalid_argument(fmt::format("kernel key field 'heads': expected an integer in 1..{}, got {}", kMaxHeads, k.heads));
   if (k.op == Op::single && k.tokens != 1)
     return invalid_argument(fmt::format("kernel key field 't': expected 1 for op single, got {}", k.tokens));
-  if (k.tokens < 1 || k.tokens > kMaxTokens)
-    return invalid_argument(fmt::format("kernel key field 't': expected an integer in 1..{}, got {}", kMaxTokens, k.tokens));
+  if (k.op == Op::prefill && k.tokens != kPrefillChunk)
+    return invalid_argument(fmt::format("kernel key field 't': expected {} (the chunk size) for op prefill, got {}",
+                                        kPrefillChunk, k.tokens));
+  if (k.op == Op::packed && (k.tokens < 1 || k.tokens > kMaxTokens))
+    return invalid_argument(
+        fmt::format("kernel key field 't': expected an integer in 1..{} for op packed, got {}", kMaxTokens, k.tokens));
   if (!route_spec(k.route).serves(k.op))
     return invalid_argument(fmt::format("kernel key field 'route': route {} does not serve op {}; routes of op {}: {}",
                                         to_string(k.route), to_string(k.op), to_string(k.op),
@@ -170,7 +174,7 @@ Result<KernelKey> key_from_json(const nlohmann::json& j) {
 }
 
 size_t KernelKeyHash::operator()(const KernelKey& k) const noexcept {
-  // Pack every field into one word (heads < 256, tokens < 32), then mix.
+  // Pack every field into one word (heads < 256, tokens < 256), then mix.
   uint64_t x = static_cast<uint64_t>(k.op) | static_cast<uint64_t>(k.heads) << 4 |
                static_cast<uint64_t>(k.state) << 12 | static_cast<uint64_t>(k.conv) << 16 |
                static_cast<uint64_t>(k.tokens) << 20 | static_cast<uint64_t>(k.gate) << 28 |

@@ -10,7 +10,8 @@ namespace {
 
 constexpr std::array<std::string_view, 3> kPresets = {"glm-5.3-flash", "kimi-k3", "full"};
 
-// heads x {f32, bf16} x {sd, ds} x (single? + packed T in [t_lo, t_hi]) x gates x routes
+// heads x {f32, bf16} x {sd, ds} x (single? + packed T in [t_lo, t_hi] +
+// prefill at t = kPrefillChunk) x gates x routes
 std::vector<KernelKey> matrix(std::initializer_list<int> heads, bool single, int t_lo, int t_hi,
                               std::initializer_list<Gate> gates, Arch arch) {
   std::vector<KernelKey> out;
@@ -25,6 +26,9 @@ std::vector<KernelKey> matrix(std::initializer_list<int> heads, bool single, int
           if (single) add(k);
           k.op = Op::packed;
           for (k.tokens = t_lo; k.tokens <= t_hi; ++k.tokens) add(k);
+          k.op = Op::prefill;
+          k.tokens = kPrefillChunk;
+          add(k);
         }
   return out;
 }

@@ -75,19 +75,47 @@ constexpr std::string_view kNotRepeated = "state_indices_mode is not repeated_po
 // phase B for its write after the cluster barrier.
 constexpr int kMaxTokensPacked = 8;
 bool not_repeated_up_to_8_tokens(const CallShape& c, const DeviceTraits& d) {
-  return not_repeated(c, d) && (c.family.op == Op::single || c.family.tokens <= kMaxTokensPacked);
+  return not_repeated(c, d) && (c.family.op != Op::packed || c.family.tokens <= kMaxTokensPacked);
 }
 constexpr std::string_view kNotRepeatedUpTo8Tokens =
-    "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8";
+    "state_indices_mode is not repeated_positive (rows run concurrently), and T <= 8 (packed op)";
+
+// The prefill op's launch shape is the op's, not the row's (kPrefillThreads,
+// kPrefillCtasPerSm, no stages, a cluster-of-P grid over the sequences): these
+// wrap a row's decode functions with it.
+template <int (*F)(const KernelKey&)>
+int op_threads(const KernelKey& k) {
+  return k.op == Op::prefill ? kPrefillThreads : F(k);
+}
+template <int (*F)(const KernelKey&)>
+int op_ctas_per_sm(const KernelKey& k) {
+  return k.op == Op::prefill ? kPrefillCtasPerSm : F(k);
+}
+template <int (*F)(const KernelKey&)>
+int op_stages(const KernelKey& k) {
+  return k.op == Op::prefill ? 0 : F(k);
+}
+template <LaunchGrid (*F)(const CallShape&, const DeviceTraits&), int P>
+LaunchGrid op_grid(const CallShape& c, const DeviceTraits& d) {
+  return c.family.op == Op::prefill ? split_grid<P>(c, d) : F(c, d);
+}
 
 // constexpr: constant-initialised, so other translation units may read the
 // table from their own static initialisers (the GPU tests register their test
 // cases from one).
 constexpr RouteSpec kRoutes[] = {
-#define ROUTE(name, technique, single_template, packed_template, cluster, ctas_per_sm, threads, eligible, eligibility, \
-              grid, stages)                                                                                            \
-  {Route::name, technique, {single_template, packed_template}, cluster, ctas_per_sm, threads, eligible, eligibility,   \
-   grid, stages},
+#define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
+              eligible, eligibility, grid, stages)                                                                     \
+  {Route::name,                                                                                                        \
+   technique,                                                                                                          \
+   {single_template, packed_template, prefill_template},                                                               \
+   cluster,                                                                                                            \
+   op_ctas_per_sm<ctas_per_sm>,                                                                                        \
+   op_threads<threads>,                                                                                                \
+   eligible,                                                                                                           \
+   eligibility,                                                                                                        \
+   op_grid<grid, cluster>,                                                                                             \
+   op_stages<stages>},
 #include "kdajit/routes.def"
 #undef ROUTE
 };
@@ -99,6 +127,7 @@ std::span<const RouteSpec> route_table() { return kRoutes; }
 
 int64_t items_per_head(const CallShape& call) {
   if (call.family.op == Op::single) return call.rows;
+  if (call.family.op == Op::prefill) return std::max<int64_t>(call.num_seqs, 1);
   const int64_t t = std::max(call.family.tokens, 1);
   return std::max(call.num_seqs, (call.rows + t - 1) / t);
 }
@@ -114,6 +143,7 @@ LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const Device
 }
 
 uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {
+  if (key.op == Op::prefill) return kPrefillSmemBytes;
   const uint32_t slice = uint32_t{kHeadDim} * kHeadDim * (key.state == StateDtype::bf16 ? 2 : 4);
   return static_cast<uint32_t>(stage_count(key)) * slice;
 }
@@ -130,6 +160,13 @@ std::vector<std::string_view> route_names(Op op) {
   return out;
 }
 
-std::string_view entry_name(Op op) { return op == Op::single ? "kda_single_decode" : "kda_packed_decode"; }
+std::string_view entry_name(Op op) {
+  switch (op) {
+    case Op::single: return "kda_single_decode";
+    case Op::packed: return "kda_packed_decode";
+    case Op::prefill: return "kda_prefill";
+  }
+  return "kda_single_decode";
+}
 
 }  // namespace kdajit

@@ -60,6 +60,9 @@ Result<std::string> generate_source(const KernelKey& key) {
       key.conv == ConvLayout::ds ? 1 : 0, key.tokens, key.gate == Gate::softplus ? 1 : 0, route.threads(key),
       route.cluster, route.ctas_per_sm(key));
   if (const int stages = route.stage_count(key); stages > 0) src += fmt::format("#define KDA_STAGES {}\n", stages);
+  // The prefill kernel lays its chunk buffers out in this much dynamic shared
+  // memory (the launch requests it) and static_asserts that they fit.
+  if (key.op == Op::prefill) src += fmt::format("#define KDA_SMEM_BYTES {}\n", route.dynamic_smem_bytes(key));
   std::set<std::string_view> seen;
   KDAJIT_TRY(inline_template(route.template_file(key.op), seen, src));
   return src;

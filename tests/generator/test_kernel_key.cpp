@@ -34,13 +34,16 @@ std::string error_of(const R& r) {
 
 bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
 
-// Families x the routes that serve each op.
+// Families x the routes that serve each op; every preset has one prefill
+// family per single-op family (the same heads, dtypes, layouts and gates).
 size_t preset_size(size_t single_families, size_t packed_families) {
-  return single_families * route_names(Op::single).size() + packed_families * route_names(Op::packed).size();
+  return single_families * route_names(Op::single).size() + packed_families * route_names(Op::packed).size() +
+         single_families * route_names(Op::prefill).size();
 }
 
 TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
-  // glm/kimi: 4 heads x 2 dtypes x 2 layouts, single + packed T 2..4; full: 10 heads x 2 x 2 x 2 gates, single + T 1..8.
+  // glm/kimi: 4 heads x 2 dtypes x 2 layouts, single + packed T 2..4 + prefill; full: 10 heads x 2 x 2 x 2
+  // gates, single + T 1..8 + prefill.
   CHECK(keys_of("glm-5.3-flash", Arch::sm_90).size() == preset_size(16, 48));
   CHECK(keys_of("kimi-k3", Arch::sm_90).size() == preset_size(16, 48));
   CHECK(keys_of("full", Arch::sm_90a).size() == preset_size(80, 640));
@@ -135,6 +138,32 @@ TEST_CASE("kernel key: validation errors name the field and the allowed values",
   CHECK(contains(m, "1..16"));
   CHECK(contains(m, "got 17"));
 
+  k = {};
+  k.op = Op::prefill;
+  k.tokens = 16;  // prefill keys carry the chunk size
+  m = error_of(validate(k));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "expected 64 (the chunk size) for op prefill"));
+  CHECK(contains(m, "got 16"));
+  k.tokens = kPrefillChunk;
+  CHECK(validate(k).ok());
+  k.op = Op::packed;  // the packed op's T stays 1..16 although the field's range is 1..64
+  m = error_of(validate(k));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "1..16 for op packed"));
+  CHECK(contains(m, "got 64"));
+  m = error_of(parse_key("kda_prefill.h16.state_f32.conv_sd.t32.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "expected 64 (the chunk size) for op prefill"));
+  m = error_of(parse_key("kda_prefill.h16.state_f32.conv_sd.t65.gate_bounded.route_rowcta.sm_90"));
+  CHECK(contains(m, "'t'"));
+  CHECK(contains(m, "1..64"));
+  m = error_of(parse_key("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90"));
+  CHECK(contains(m, "'route'"));
+  CHECK(contains(m, "route stream does not serve op prefill"));
+  CHECK(contains(m, "rowcta|split2|split4|split8"));
+  m = error_of(parse_key("kda_single.h16.state_f32.conv_sd.t1.gate_bounded.route_split8.sm_90"));
+  CHECK(contains(m, "route split8 does not serve op single"));
+
   m = error_of(parse_key("kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_89"));
   CHECK(contains(m, "'arch'"));
   CHECK(contains(m, "sm_90|sm_90a|sm_100a|sm_103a|sm_120a"));
@@ -155,12 +184,41 @@ TEST_CASE("kernel key: validation errors name the field and the allowed values",
   CHECK(contains(m, "1..16"));
 }
 
+TEST_CASE("kernel key: prefill keys parse, print and round-trip through JSON", "[kernel_key]") {
+  const std::string name = "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90";
+  auto k = parse_key(name);
+  REQUIRE(k.ok());
+  CHECK(k->op == Op::prefill);
+  CHECK(k->heads == 16);
+  CHECK(k->tokens == kPrefillChunk);
+  CHECK(key_name(*k) == name);
+  CHECK(to_string(Op::prefill) == "prefill");
+  CHECK(parse_field<Op>("prefill").value() == Op::prefill);
+  for (std::string_view route : {"rowcta", "split2", "split4", "split8"}) {
+    const std::string n = "kda_prefill.h128.state_bf16.conv_ds.t64.gate_softplus.route_" + std::string(route) + ".sm_100a";
+    auto p = parse_key(n);
+    INFO(n);
+    REQUIRE(p.ok());
+    CHECK(key_name(*p) == n);
+    auto j = key_from_json(key_to_json(*p));
+    REQUIRE(j.ok());
+    CHECK(*j == *p);
+  }
+  CHECK(contains(key_name_shape(), "kda_<single|packed|prefill>"));
+  CHECK(contains(key_name_shape(), "t<1..64>"));
+  // The hash keeps t = 64 apart from the other fields.
+  KernelKey a = *k, b = *k;
+  b.op = Op::packed;
+  b.tokens = 16;
+  CHECK(KernelKeyHash{}(a) != KernelKeyHash{}(b));
+}
+
 TEST_CASE("kernel key: bad name shapes are errors that show the expected shape", "[kernel_key]") {
   for (const char* bad : {"", "kda_single.h64", "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90.extra"}) {
     const std::string m = error_of(parse_key(bad));
     INFO(bad << " -> " << m);
     CHECK(contains(m, "expected 8 dot-separated fields"));
-    CHECK(contains(m, "kda_<single|packed>"));
+    CHECK(contains(m, "kda_<single|packed|prefill>"));
   }
   std::string m = error_of(parse_key("kdb_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
   CHECK(contains(m, "'op'"));

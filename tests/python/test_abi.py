@@ -174,7 +174,7 @@ class Tables(unittest.TestCase):
 
     def test_spellings_map_onto_the_header_numbers(self):
         lib = _abi.load()
-        self.assertEqual(lib.enum("op"), {"single": _abi.OP_SINGLE, "packed": _abi.OP_PACKED})
+        self.assertEqual(lib.enum("op"), {"single": _abi.OP_SINGLE, "packed": _abi.OP_PACKED, "prefill": _abi.OP_PREFILL})
         self.assertEqual(lib.enum("dtype"), {"f32": _abi.DTYPE_F32, "bf16": _abi.DTYPE_BF16,
                                              "int32": _abi.DTYPE_INT32})
         self.assertEqual(lib.enum("gate"), {"bounded": _abi.GATE_BOUNDED, "softplus": _abi.GATE_SOFTPLUS})

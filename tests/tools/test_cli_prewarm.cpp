@@ -4,6 +4,10 @@
 #include <pty.h>
 #include <termios.h>
 
+#include <set>
+
+#include <fmt/format.h>
+
 #include "cli_test_util.hpp"
 #include "kdajit/presets.hpp"
 #include "kdajit/routes.hpp"
@@ -244,8 +248,17 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
           CHECK_FALSE(j["ctas_per_sm"].contains(field));
           continue;
         }
-        const KernelKey k{op, 8, st, ConvLayout::sd, op == Op::single ? 1 : 2, Gate::bounded, spec.route, Arch::sm_90};
+        const int t = op == Op::single ? 1 : op == Op::prefill ? kPrefillChunk : 2;
+        const KernelKey k{op, 8, st, ConvLayout::sd, t, Gate::bounded, spec.route, Arch::sm_90};
         CHECK(j["ctas_per_sm"][field] == spec.ctas_per_sm(k));
+        CHECK(j["threads"][field] == spec.threads(k));
+        if (op == Op::prefill) {
+          // The prefill op's launch shape: one CTA per SM, the opt-in shared memory.
+          CHECK(j["ctas_per_sm"][field] == 1);
+          CHECK(j["dynamic_smem"][field]["bytes"] == 232448);
+          CHECK(j["dynamic_smem"][field]["stages"] == 0);
+          CHECK(j["templates"]["prefill"] == "kda_prefill.cu");
+        }
       }
     // Stages (route stream): the dynamic shared memory the launcher asks for.
     for (StateDtype st : all_values<StateDtype>()) {
@@ -259,9 +272,66 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
       CHECK(j["dynamic_smem"][field]["bytes"] == spec.dynamic_smem_bytes(k));
     }
   }
+  CHECK(routes[static_cast<size_t>(Route::split8)]["ops"] == json::array({"prefill"}));
+  CHECK(routes[static_cast<size_t>(Route::split8)]["cluster"] == 8);
+  CHECK(routes[0]["entry"]["prefill"] == "kda_prefill");
   Run table = cli({"routes"}, scratch.path());
   CHECK(table.code == 0);
   CHECK(table.out.find("shared-memory state stages: packed.bf16=2 (64 KiB)") != std::string::npos);
+  CHECK(table.out.find("prefill chunk buffers (dynamic shared memory): prefill.bf16=227 KiB prefill.f32=227 KiB") !=
+        std::string::npos);
+}
+
+TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
+  TempDir scratch;
+  const std::string root = scratch / "cache";
+  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 4 prefill routes.
+  Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), kSm90);
+  REQUIRE(keys.code == 0);
+  CHECK(count_lines(keys.out, "kda_prefill.") == 64);
+  CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_split8.sm_90\n") != std::string::npos);
+  CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_stream") == std::string::npos);
+
+  // A pattern: prefill keys take t = 64 whatever t the other ops of the pattern name.
+  Run p = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "packed,prefill", "--heads", "16", "--t",
+               "4", "--state", "f32", "--conv", "sd", "--gate", "bounded"},
+              scratch.path(), kSm90);
+  INFO(p.out << p.err);
+  REQUIRE(p.code == 0);
+  const json pj = parse_json(p);
+  std::set<std::string> names;
+  for (const auto& r : pj["results"]) names.insert(r["key"].get<std::string>());
+  std::set<std::string> want;
+  for (std::string_view route : {"rowcta", "split2", "split4", "stream"})
+    want.insert(fmt::format("kda_packed.h16.state_f32.conv_sd.t4.gate_bounded.route_{}.sm_90", route));
+  for (std::string_view route : {"rowcta", "split2", "split4", "split8"})
+    want.insert(fmt::format("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_{}.sm_90", route));
+  CHECK(names == want);
+  // --t 64 names the prefill keys' t (a packed-only pattern cannot take it).
+  Run t64 = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "prefill", "--heads", "16", "--t", "64",
+                 "--state", "f32", "--conv", "sd", "--gate", "bounded", "--route", "split8"},
+                scratch.path(), kSm90);
+  REQUIRE(t64.code == 0);
+  CHECK(parse_json(t64)["results"].size() == 1);
+  Run packed64 = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "packed", "--heads", "16", "--t", "64"},
+                     scratch.path(), kSm90);
+  CHECK(packed64.code == 2);
+  CHECK(packed64.err.find("1..16 for op packed, got 64") != std::string::npos);
+  Run bad_t = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--t", "4"},
+                  scratch.path(), kSm90);
+  CHECK(bad_t.code == 2);
+  CHECK(bad_t.err.find("field 't': op prefill takes only t=64 (the chunk size), got [4]") != std::string::npos);
+
+  // A key name whose route does not serve the op, or whose t is not the chunk size.
+  Run stream = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90"}, scratch.path(),
+                   kSm90);
+  CHECK(stream.code == 2);
+  CHECK(stream.err.find("route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8") !=
+        std::string::npos);
+  Run t8 = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t8.gate_bounded.route_rowcta.sm_90"}, scratch.path(), kSm90);
+  CHECK(t8.code == 2);
+  CHECK(t8.err.find("expected 64 (the chunk size) for op prefill, got 8") != std::string::npos);
+  CHECK(!fs::exists(root));
 }
 
 TEST_CASE("kdajit fields lists the key name's fields from the spelling tables", "[cli][fields]") {

@@ -19,7 +19,7 @@
 
 namespace kdajit {
 
-enum class Op : uint8_t { single, packed };
+enum class Op : uint8_t { single, packed, prefill };
 enum class StateDtype : uint8_t { f32, bf16 };
 enum class ConvLayout : uint8_t { sd, ds };
 enum class Gate : uint8_t { bounded, softplus };
@@ -40,6 +40,8 @@ inline constexpr int kHeadDim = 128;  // D
 inline constexpr int kConvWidth = 4;  // W
 inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxTokens = 16;  // T of the packed op
+// The chunk size C of the prefill op, which its keys carry in the t field.
+inline constexpr int kPrefillChunk = 64;
 
 // The spelling table of one enum field: its name (in JSON, messages and CLI help)
 // and the canonical spelling of every value, in enum order.
@@ -48,7 +50,7 @@ struct KeyField;
 template <>
 struct KeyField<Op> {
   static constexpr std::string_view name = "op";
-  static constexpr std::array<std::string_view, 2> values = {"single", "packed"};
+  static constexpr std::array<std::string_view, 3> values = {"single", "packed", "prefill"};
 };
 template <>
 struct KeyField<StateDtype> {
@@ -120,7 +122,8 @@ Result<E> parse_field(std::string_view s) {
 inline Result<Arch> parse_arch(std::string_view s) { return parse_field<Arch>(s); }
 
 // The eight fields of a key name, in order: JSON name, prefix in the name, and
-// for the two integer fields their range.
+// for the two integer fields their range (t: the union over the ops; validate()
+// holds each op to its own: 1, 1..kMaxTokens, kPrefillChunk).
 struct KeyFieldLayout {
   std::string_view json_name;
   std::string_view prefix;
@@ -130,7 +133,7 @@ inline constexpr std::array<KeyFieldLayout, 8> kKeyLayout = {{{"op", "kda_"},
                                                                 {"heads", "h", 1, kMaxHeads},
                                                                 {"state", "state_"},
                                                                 {"conv", "conv_"},
-                                                                {"t", "t", 1, kMaxTokens},
+                                                                {"t", "t", 1, kPrefillChunk},
                                                                 {"gate", "gate_"},
                                                                 {"route", "route_"},
                                                                 {"arch", ""}}};
@@ -162,7 +165,7 @@ struct KernelKey {
   int heads = 64;
   StateDtype state = StateDtype::f32;
   ConvLayout conv = ConvLayout::sd;
-  int tokens = 1;  // T
+  int tokens = 1;  // T (single 1, packed 1..16); the prefill op: the chunk size kPrefillChunk
   Gate gate = Gate::bounded;
   Route route = Route::rowcta;
   Arch arch = Arch::sm_90;
@@ -171,8 +174,8 @@ struct KernelKey {
   friend auto operator<=>(const KernelKey&, const KernelKey&) = default;
 };
 
-// Every field in range and the combination possible (T == 1 for single, the
-// route serves the op, ...).
+// Every field in range and the combination possible (t == 1 for single,
+// 1..kMaxTokens for packed, kPrefillChunk for prefill; the route serves the op, ...).
 Status validate(const KernelKey& key);
 
 // `kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90`

@@ -25,8 +25,11 @@ inline constexpr std::array<std::string_view, 3> kIndicesModeNames = {"unique_or
 struct CallShape {
   KernelKey family;
   IndicesMode mode = IndicesMode::unique_or_null;
-  int64_t rows = 0;      // R
-  int64_t num_seqs = 0;  // N (packed op; 0 for the single op)
+  int64_t rows = 0;      // R (the prefill op: T_total)
+  int64_t num_seqs = 0;  // N (packed and prefill ops; 0 for the single op)
+  // Prefill op: the caller's bound on the longest sequence (max_seq_len, 0
+  // replaced by T_total, clamped to T_total); the selector's input only.
+  int64_t max_seq_len = 0;
 };
 
 // The device a call runs on, as the selector sees it (read once per context).
@@ -50,9 +53,20 @@ struct LaunchGrid {
 // Grid dimension y (and z) may not exceed this.
 inline constexpr int64_t kMaxGridY = 65535;
 
+// The prefill op's launch shape, the same for every route that serves it (the
+// route sets P, the cluster): 8 warps, one CTA per SM, and the sm_90 opt-in
+// maximum of dynamic shared memory per CTA for the chunk's working set (the
+// generator passes it as KDA_SMEM_BYTES; the kernel static_asserts its layout
+// fits). Grid: x = H, y = P x wave with wave = min(max(N, 1), 65535 / P); the
+// kernel walks sequences n = blockIdx.y / P + k x wave.
+inline constexpr int kPrefillThreads = 256;
+inline constexpr int kPrefillCtasPerSm = 1;
+inline constexpr uint32_t kPrefillSmemBytes = 232448;
+
 // The work items of a call per head: single op, its rows; packed op,
 // max(N, ceil(R / T)) (item i: sequence i and the tail-row candidates
-// i + k n, k < T; templates/kda_packed_item.cuh, packed_items(), is the same rule).
+// i + k n, k < T; templates/kda_packed_item.cuh, packed_items(), is the same
+// rule); prefill op, max(N, 1) (one item per sequence).
 int64_t items_per_head(const CallShape& call);
 
 // One row of the route table (kdajit/routes.def).
@@ -61,8 +75,9 @@ struct RouteSpec {
   // One line: what the kernel shape is.
   std::string_view technique;
   // The template file per op (index: Op); empty where the route does not serve that op.
-  std::array<std::string_view, 2> templates;
-  // CTAs that share one (row, head): a thread-block cluster along grid y (1: none).
+  std::array<std::string_view, 3> templates;
+  // CTAs that share one (row, head): a thread-block cluster along grid y (1:
+  // none). The prefill op's P value slices per (sequence, head).
   int cluster = 1;
   // CTAs per SM a key is compiled for (__launch_bounds__' minimum): caps
   // registers at 65536 / (threads x CTAs per SM). More, smaller CTAs per SM keep
@@ -83,7 +98,8 @@ struct RouteSpec {
   std::string_view name() const { return to_string(route); }
   int ctas_per_sm(const KernelKey& key) const { return ctas_per_sm_of(key); }
   int stage_count(const KernelKey& key) const { return stages(key); }
-  // Dynamic shared memory of a launch: the stages (bytes).
+  // Dynamic shared memory of a launch (bytes): the stages; kPrefillSmemBytes
+  // for a prefill key.
   uint32_t dynamic_smem_bytes(const KernelKey& key) const;
   bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
   std::string_view template_file(Op op) const { return templates[static_cast<size_t>(op)]; }

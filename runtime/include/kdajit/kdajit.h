@@ -6,7 +6,8 @@
  * single op), K = T + 2 conv taps. Shapes and strides are in elements.
  *
  * ABI growth (docs/CONTRACT.md §9). Every struct a caller passes by pointer
- * (kdajit_runtime_options_t, kdajit_decode_args_t, kdajit_config_t) starts
+ * (kdajit_runtime_options_t, kdajit_decode_args_t, kdajit_prefill_args_t,
+ * kdajit_config_t) starts
  * with size_t struct_size, which its *_init sets to sizeof the struct of the
  * header the caller compiled against. Fields are only ever appended: the
  * library reads the caller's struct_size bytes, gives every field past them
@@ -14,7 +15,8 @@
  * for a size it does not know. kdajit_tensor_t never changes. The entry points
  * that take these structs are exported with a _v1 suffix, to which the plain
  * names map (the macros below); the plain symbols serve binaries built against
- * the 0.1.0 header, whose structs have no struct_size. */
+ * the 0.1.0 header, whose structs have no struct_size (the prefill entry
+ * points, newer than 0.1.0, have only the _v1 export). */
 #ifndef KDAJIT_KDAJIT_H
 #define KDAJIT_KDAJIT_H
 
@@ -268,8 +270,9 @@ typedef struct kdajit_config {
   int32_t heads;           /* 1..128 */
   kdajit_dtype_t state_dtype;  /* F32 or BF16 */
   kdajit_conv_layout_t conv_layout;
-  /* Single: exactly 1; packed: < 1 INVALID_ARGUMENT, > 16 UNSUPPORTED. */
-  int32_t tokens;          /* T: 1 for single, 1..16 for packed */
+  /* Single: exactly 1; packed: < 1 INVALID_ARGUMENT, > 16 UNSUPPORTED;
+   * prefill: exactly 64 (the chunk size its keys carry). */
+  int32_t tokens;          /* T: 1 for single, 1..16 for packed, 64 for prefill */
   kdajit_gate_t gate;
   /* sm_90, sm_90a, sm_100a, sm_103a or sm_120a (another "sm_NN" name: UNSUPPORTED). */
   const char* arch;        /* e.g. "sm_90"; NULL: use device */
@@ -298,6 +301,8 @@ typedef struct kdajit_config {
 #define kdajit_config_keys kdajit_config_keys_v1
 #define kdajit_selected_key kdajit_selected_key_v1
 #define kdajit_prefill_args_init(args) kdajit_prefill_args_init_v1((args), sizeof(*(args)))
+#define kdajit_prefill kdajit_prefill_v1
+#define kdajit_validate_prefill_args kdajit_validate_prefill_args_v1
 
 typedef struct kdajit_runtime kdajit_runtime_t;
 typedef struct CUstream_st* kdajit_stream_t; /* a CUstream / cudaStream_t */
@@ -314,7 +319,8 @@ KDAJIT_API const char* kdajit_version(void);
  *             and the CLI build for on a device of that compute capability;
  *   "arch_without_device": the arch of keys named without a GPU ("sm_90");
  *   "routes": [{"name", "ops": [op spellings]}], as `kdajit routes`;
- *   "max_heads", "max_tokens": 128 and 16.
+ *   "max_heads", "max_tokens": 128 and 16;
+ *   "prefill_chunk": 64, the t of every prefill key.
  * The C enum numbers of this header are the ABI; the JSON maps spellings to them. */
 KDAJIT_API const char* kdajit_tables_json(void);
 KDAJIT_API const char* kdajit_status_string(kdajit_status_t status);
@@ -372,8 +378,10 @@ KDAJIT_API void kdajit_config_init_v1(kdajit_config_t* config, size_t struct_siz
 
 /* The kernel key name (e.g. "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.
  * route_rowcta.sm_90") the built-in selector picks for config at `rows` rows
- * (single op) or sequences (packed op). A name longer than key_name_size is
- * an INVALID_ARGUMENT. */
+ * (single op) or sequences (packed and prefill ops; for prefill, N sequences of
+ * 64 tokens each: its pick also depends on the prompt lengths, and
+ * kdajit_config_keys lists every route it can pick). A name longer than
+ * key_name_size is an INVALID_ARGUMENT. */
 KDAJIT_API kdajit_status_t kdajit_config_key(const kdajit_config_t* config, int64_t rows, char* key_name,
                                              size_t key_name_size);
 
@@ -408,7 +416,9 @@ KDAJIT_API kdajit_status_t kdajit_runtime_stats(kdajit_runtime_t* runtime, uint6
 
 /* The kernel key name a call with these args would launch on stream:
  * validation and route selection (which reads the stream's device once);
- * nothing is compiled or launched. */
+ * nothing is compiled or launched. op is SINGLE or PACKED (PREFILL:
+ * INVALID_ARGUMENT; its args are a kdajit_prefill_args_t, and the C++
+ * Runtime::selected_prefill_key answers for them). */
 KDAJIT_API kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op,
                                                const kdajit_decode_args_t* args, kdajit_stream_t stream,
                                                char* key_name, size_t key_name_size);

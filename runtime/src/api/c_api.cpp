@@ -78,6 +78,10 @@ kdajit::Result<kdajit::Op> op_of(const kdajit_op_t& op) {
   const int32_t v = kdajit::enum_value(op);
   if (v == KDAJIT_OP_SINGLE) return kdajit::Op::single;
   if (v == KDAJIT_OP_PACKED) return kdajit::Op::packed;
+  if (v == KDAJIT_OP_PREFILL)
+    return kdajit::invalid_argument(
+        "op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1) for kdajit_decode_args_t, got KDAJIT_OP_PREFILL (2) "
+        "(a prefill's args are a kdajit_prefill_args_t: kdajit_validate_prefill_args)");
   return kdajit::invalid_argument("op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1), got " + std::to_string(v));
 }
 
@@ -191,6 +195,38 @@ kdajit_status_t kdajit_single_decode(kdajit_runtime_t* runtime, const kdajit_dec
 kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const kdajit_decode_args_t* args,
                                      kdajit_stream_t stream) {
   return guarded([&] { return decode(runtime, kdajit::Op::packed, args, stream); });
+}
+
+void kdajit_prefill_args_init_v1(kdajit_prefill_args_t* args, size_t struct_size) {
+  kdajit_prefill_args_t a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.gate = KDAJIT_GATE_BOUNDED;
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.max_seq_len = 0;
+  a.oob_counter = nullptr;
+  kdajit::init_sized(args, struct_size, a);
+}
+
+kdajit_status_t kdajit_prefill(kdajit_runtime_t* runtime, const kdajit_prefill_args_t* args, kdajit_stream_t stream) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_prefill_args_t, got NULL", {}};
+    return runtime->rt->prefill(*args, stream);
+  });
+}
+
+kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_prefill_args_t, got NULL", {}};
+    kdajit_prefill_args_t scratch;
+    auto a = kdajit::read_sized(*args, scratch, kdajit::default_prefill_args, kdajit::kPrefillArgsStruct);
+    if (!a) return kdajit::to_outcome(std::move(a).error());
+    auto r = kdajit::validate_prefill(**a);
+    return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
+  });
 }
 
 kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t* args) {

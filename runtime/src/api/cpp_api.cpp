@@ -18,7 +18,19 @@ Status decode_sized(Runtime::Impl& impl, Op op, const DecodeArgs& given, StreamH
   return impl.decode(op, *args, stream);
 }
 
+Status prefill_sized(Runtime::Impl& impl, const PrefillArgs& given, StreamHandle stream) {
+  PrefillArgs scratch;
+  KDAJIT_TRY_ASSIGN(const PrefillArgs* args, read_sized(given, scratch, default_prefill_args, kPrefillArgsStruct));
+  return impl.prefill(*args, stream);
+}
+
 }  // namespace
+
+PrefillArgs default_prefill_args() {
+  PrefillArgs a{};
+  kdajit_prefill_args_init(&a);
+  return a;
+}
 
 DecodeArgs default_decode_args() {
   DecodeArgs a{};
@@ -47,8 +59,27 @@ Outcome Runtime::packed_decode(const DecodeArgs& args, StreamHandle stream) {
   return to_outcome(decode_sized(*impl_, Op::packed, args, stream));
 }
 
+Outcome Runtime::prefill(const PrefillArgs& args, StreamHandle stream) {
+  return to_outcome(prefill_sized(*impl_, args, stream));
+}
+
+Outcome Runtime::selected_prefill_key(const PrefillArgs& given, StreamHandle stream, std::string* key_name_out) {
+  PrefillArgs scratch;
+  auto sized = read_sized(given, scratch, default_prefill_args, kPrefillArgsStruct);
+  if (!sized) return to_outcome(std::move(sized).error());
+  auto key = impl_->selected_prefill_key(**sized, stream);
+  if (!key) return to_outcome(std::move(key).error());
+  if (key_name_out) *key_name_out = key_name(*key);
+  return {};
+}
+
 Outcome Runtime::selected_key(kdajit_op_t op, const DecodeArgs& given, StreamHandle stream, std::string* key_name_out) {
   const int32_t v = enum_value(op);
+  if (v == KDAJIT_OP_PREFILL)
+    return {KDAJIT_ERROR_INVALID_ARGUMENT,
+            "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED for kdajit_decode_args_t, got KDAJIT_OP_PREFILL (a "
+            "prefill's args are a kdajit_prefill_args_t: Runtime::selected_prefill_key)",
+            {}};
   if (v != KDAJIT_OP_SINGLE && v != KDAJIT_OP_PACKED)
     return {KDAJIT_ERROR_INVALID_ARGUMENT, "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED, got " + std::to_string(v), {}};
   DecodeArgs scratch;

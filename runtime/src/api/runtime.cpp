@@ -187,6 +187,35 @@ Result<KernelKey> Runtime::Impl::selected_key(Op op, const kdajit_decode_args_t&
   return r.key;
 }
 
+Result<KernelKey> Runtime::Impl::selected_prefill_key(const kdajit_prefill_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_prefill(args));
+  KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
+  KDAJIT_TRY_ASSIGN(Resolved r, resolve(ctx, call.shape));
+  return r.key;
+}
+
+Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
+  auto cu_stream = reinterpret_cast<CUstream>(stream);
+  ScopedContext scoped(api, ctx);
+  KDAJIT_TRY_ASSIGN(Resolved r, resolve(ctx, call.shape));
+  if (!r.kernel) {
+    // A compile would break a capture: only cached kernels may load now.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    KDAJIT_TRY(cu_check(*api, api->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing"));
+    KDAJIT_TRY_ASSIGN(r.kernel, registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
+  }
+  // The launch shape is the route's row of the table applied to the call.
+  const PreparedLaunch prepared = prepare_launch(launch_plan(r.key, call.shape, r.device), pdl);
+  return launch(*api, r.kernel->function, prepared, cu_stream, call.params, r.key);
+}
+
+Status Runtime::Impl::prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(const ValidatedCall call, validate_prefill(args));
+  return launch_validated(call, stream);
+}
+
 Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache, key, /*allow_build=*/true));
   return found.source == CacheSource::built;

@@ -8,7 +8,30 @@
 
 namespace kdajit {
 
+namespace {
+
+// The prefill op (docs/DESIGN.md, "Prefill: the chunked op"), a first band to
+// be measured: a value split of P CTAs per (sequence, head) for long prompts
+// whose sequence-heads leave SMs idle (the largest P in 8, 4, 2 whose CTAs fit
+// one per SM), one CTA per (sequence, head) otherwise. The longest sequence is
+// the caller's hint (max_seq_len; T_total without one): every route computes
+// every length, the hint only picks the faster one.
+constexpr int64_t kPrefillSplitMinLength = 1024;
+
+Route prefill_route(const CallShape& call, const DeviceTraits& device) {
+  const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
+  const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
+  const int64_t x = std::max<int64_t>(call.num_seqs, 1) * call.family.heads;
+  if (longest >= kPrefillSplitMinLength)
+    for (Route r : {Route::split8, Route::split4, Route::split2})
+      if (x * route_spec(r).cluster <= sms && route_spec(r).eligible(call, device)) return r;
+  return Route::rowcta;
+}
+
+}  // namespace
+
 Route builtin_route(const CallShape& call, const DeviceTraits& device) {
+  if (call.family.op == Op::prefill) return prefill_route(call, device);
   if (call.mode == IndicesMode::repeated_positive) return Route::sequential;
   const RouteSpec& stream = route_spec(Route::stream);
   const bool stream_ok = stream.eligible(call, device);
@@ -74,6 +97,18 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
 std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_count, int64_t max_batch) {
   const DeviceTraits device{family.arch, sm_count};
   const size_t n = static_cast<size_t>(std::max<int64_t>(max_batch, 0));
+  if (family.op == Op::prefill) {
+    // The pick depends on the prompt lengths (max_seq_len), which a family
+    // does not know: every route that serves the op stays.
+    std::vector<BuiltinRouteUse> uses;
+    for (const RouteSpec& r : route_table()) {
+      if (!r.serves(Op::prefill)) continue;
+      BuiltinRouteUse u{r.route, {}, false, true};
+      if (n > 0) u.batches.push_back({1, static_cast<int64_t>(n)});
+      uses.push_back(std::move(u));
+    }
+    return uses;
+  }
   struct Picked {
     std::vector<bool> at;  // at[b - 1]: picked for batch b
     bool repeated = false;
@@ -125,7 +160,10 @@ Result<Route> select_route(const CallShape& call, const DeviceTraits& device, co
                                r.eligibility));
     return *policy.forced;
   }
-  if (policy.tuned && route_spec(*policy.tuned).eligible(call, device)) return *policy.tuned;
+  // Tune tables hold decode families only (`kdajit tune` times decode calls).
+  if (policy.tuned && call.family.op != Op::prefill && route_spec(*policy.tuned).serves(call.family.op) &&
+      route_spec(*policy.tuned).eligible(call, device))
+    return *policy.tuned;
   return builtin_route(call, device);
 }
 

@@ -1,6 +1,7 @@
 #include "kdajit/runtime/call/support.hpp"
 
 #include <cctype>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -81,18 +82,60 @@ kdajit_tensor_t view(Placer& pl, kdajit_dtype_t dtype, std::initializer_list<int
 struct SyntheticCall {
   Op op = Op::single;
   kdajit_decode_args_t args{};
+  kdajit_prefill_args_t prefill{};  // op prefill
 };
+
+// A well-formed prefill of the configuration: N = `rows` sequences of one
+// chunk each (T_total = 64 N, max_seq_len 64), the state_indices pool's conv
+// taps K = 3, no has_initial_state.
+Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, int32_t conv) {
+  if (rows > std::numeric_limits<int32_t>::max() / kPrefillChunk)
+    return invalid_argument(fmt::format("rows: expected N in 1..{} (N sequences of {} tokens must fit in int32 rows), "
+                                        "got {}",
+                                        std::numeric_limits<int32_t>::max() / kPrefillChunk, kPrefillChunk, rows));
+  if (c.tokens != kPrefillChunk)
+    return invalid_argument(fmt::format("tokens: expected {} (the chunk size of the prefill op's keys), got {}",
+                                        kPrefillChunk, c.tokens));
+  SyntheticCall out;
+  out.op = Op::prefill;
+  kdajit_prefill_args_t& a = out.prefill;  // zeroed: no oob_counter, has_initial_state empty
+  a.struct_size = sizeof a;
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.gate = c.gate;
+  a.max_seq_len = kPrefillChunk;
+  const int64_t H = c.heads, N = rows, R = rows * kPrefillChunk, S = 2, K = kConvWidth - 1;
+  const int64_t hidden = H * kHeadDim, qkv = 3 * hidden;
+  Placer pl;
+  a.x = view(pl, KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
+  a.conv_weight = view(pl, KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
+  a.conv_state = conv == KDAJIT_CONV_SD ? view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
+                                        : view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
+  a.raw_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.raw_beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
+  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
+  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
+  a.state_indices = view(pl, KDAJIT_DTYPE_INT32, {N}, {1});
+  a.state = view(pl, c.state_dtype, {S, H, kHeadDim, kHeadDim},
+                 {H * kHeadDim * kHeadDim, kHeadDim * kHeadDim, kHeadDim, 1});
+  a.output_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.norm_weight = view(pl, KDAJIT_DTYPE_F32, {kHeadDim}, {1});
+  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.query_start_loc = view(pl, KDAJIT_DTYPE_INT32, {N + 1}, {1});
+  return out;
+}
 
 // A well-formed call of the configuration with `rows` rows or sequences: the
 // input of the same validation a real call goes through.
 Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
   const int32_t op = enum_value(c.op);
-  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED)
+  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED && op != KDAJIT_OP_PREFILL)
     return invalid_argument(fmt::format("op: expected {}, got {}", choices<Op>(), op));
   const int32_t conv = enum_value(c.conv_layout);
   if (conv != KDAJIT_CONV_SD && conv != KDAJIT_CONV_DS)
     return invalid_argument(fmt::format("conv_layout: expected {}, got {}", choices<ConvLayout>(), conv));
   if (rows < 1) return invalid_argument(fmt::format("rows: expected R (or N) >= 1, got {}", rows));
+  if (op == KDAJIT_OP_PREFILL) return synthetic_prefill(c, rows, conv);
   SyntheticCall out;
   out.op = op == KDAJIT_OP_SINGLE ? Op::single : Op::packed;
   // A packed call has N x T rows: N past INT64_MAX / T would wrap to a negative shape.
@@ -139,7 +182,8 @@ Result<std::pair<ValidatedCall, DeviceTraits>> derive(const kdajit_config_t& c, 
     return invalid_argument(fmt::format("state_dtype: expected f32 or bf16, got {}",
                                         dt == KDAJIT_DTYPE_INT32 ? std::string("int32") : fmt::format("dtype({})", dt)));
   KDAJIT_TRY_ASSIGN(SyntheticCall sc, synthetic_call(c, rows));
-  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_decode(sc.op, sc.args));
+  KDAJIT_TRY_ASSIGN(ValidatedCall call,
+                    sc.op == Op::prefill ? validate_prefill(sc.prefill) : validate_decode(sc.op, sc.args));
   // The single op's call has T = 1 by construction (conv_state K = 3); a real
   // call with another K fails validation after the checks above, as here.
   if (sc.op == Op::single && c.tokens != 1)

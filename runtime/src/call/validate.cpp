@@ -44,6 +44,7 @@
 // one pool, so address ranges overlap legitimately).
 #include "kdajit/runtime/call/validate.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -154,8 +155,11 @@ Status check_header(const char* name, const kdajit_tensor_t& t, unsigned dtypes,
 struct Sizes {
   Op op = Op::single;
   int64_t H = 0, R = 0, S = 0, N = 0, T = 1;
+  int64_t K = 3;  // conv_state taps: T + 2 for the decode ops, from conv_state for prefill
 
   std::string context() const {
+    if (op == Op::prefill)
+      return fmt::format("H={} from A_log, R=T_total={} from x, S={} from state, N={} from state_indices", H, R, S, N);
     std::string s = fmt::format("H={} from A_log, R={} from x, S={} from state", H, R, S);
     if (op == Op::packed) s += fmt::format(", N={} and T={} from state_indices", N, T);
     return s;
@@ -222,17 +226,31 @@ struct Scalars {
   IndicesMode mode = IndicesMode::unique_or_null;
 };
 
-Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
-  Scalars sc;
+// The gate and its bound, norm_eps: the same fields in the decode and prefill args.
+template <class Args>
+Result<Gate> check_gate_and_eps(const Args& a) {
   const int32_t gate = enum_value(a.gate);
   if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
     return invalid_argument(fmt::format("gate: expected {}, got {}", choices<Gate>(), gate));
-  sc.gate = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
-  if (sc.gate == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
+  const Gate g = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
+  if (g == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
     return invalid_argument(
         fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
   if (!(std::isfinite(a.norm_eps) && a.norm_eps >= 0.0f))
     return invalid_argument(fmt::format("norm_eps: expected a finite value >= 0, got {}", a.norm_eps));
+  return g;
+}
+
+Status check_oob_counter(const int32_t* oob_counter) {
+  if (oob_counter && reinterpret_cast<uintptr_t>(oob_counter) % 4 != 0)
+    return invalid_argument(fmt::format("oob_counter: expected NULL or an int32 pointer aligned to 4 bytes, got {:#x}",
+                                        reinterpret_cast<uintptr_t>(oob_counter)));
+  return {};
+}
+
+Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
+  Scalars sc;
+  KDAJIT_TRY_ASSIGN(sc.gate, check_gate_and_eps(a));
   const int32_t mode = enum_value(a.state_indices_mode);
   if (mode < 0 || mode >= static_cast<int32_t>(kIndicesModeNames.size()))
     return invalid_argument(
@@ -242,9 +260,7 @@ Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
     return invalid_argument(
         "state_indices_mode: expected unique_or_null or positive_unique for the packed op (live sequences must "
         "not share slots, docs/CONTRACT.md §4), got repeated_positive");
-  if (a.oob_counter && reinterpret_cast<uintptr_t>(a.oob_counter) % 4 != 0)
-    return invalid_argument(fmt::format("oob_counter: expected NULL or an int32 pointer aligned to 4 bytes, got {:#x}",
-                                        reinterpret_cast<uintptr_t>(a.oob_counter)));
+  KDAJIT_TRY(check_oob_counter(a.oob_counter));
   return sc;
 }
 
@@ -284,6 +300,7 @@ Result<Sizes> read_sizes(Op op, const kdajit_decode_args_t& a) {
   } else {
     KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 1, "[R]"));
   }
+  sz.K = sz.T + kConvWidth - 2;
   return sz;
 }
 
@@ -294,10 +311,13 @@ struct Layout {
 };
 
 // Rule group 3: every tensor against the sizes (§1.2), in the contract's order.
-Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
-  const int64_t H = sz.H, R = sz.R, S = sz.S, N = sz.N, T = sz.T;
-  const int64_t hidden = H * kD, qkv = 3 * hidden, K = T + kConvWidth - 2;
-  Layout lay;
+// The tensors the decode and prefill args share, in two parts around
+// state_indices; `k_label` names conv_state's taps ("K=T+2" or "K"), and
+// `conv_desc` its expected shape for the rank message.
+template <class Args>
+Status check_inputs(const Args& a, const Sizes& sz, const char* k_label, const char* conv_desc, Layout& lay) {
+  const int64_t H = sz.H, R = sz.R, S = sz.S, K = sz.K;
+  const int64_t hidden = H * kD, qkv = 3 * hidden;
 
   // x [R, qkv]
   const Dim x_dims[] = {{R, "R", qkv, "row"}, {qkv, "3*H*128", 1}};
@@ -309,9 +329,9 @@ Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
   KDAJIT_TRY(check_tensor("conv_weight", a.conv_weight, cw_dims, 4, sz));
 
   // conv_state [S, qkv, K]: S must equal state's; the strides pick the layout.
-  KDAJIT_TRY(check_header("conv_state", a.conv_state, kBF16, 3, "[S, 3*H*128, K=T+2]"));
-  const Dim sd_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", 1}, {K, "K=T+2", qkv}};
-  const Dim ds_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", K}, {K, "K=T+2", 1}};
+  KDAJIT_TRY(check_header("conv_state", a.conv_state, kBF16, 3, conv_desc));
+  const Dim sd_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", 1}, {K, k_label, qkv}};
+  const Dim ds_dims[] = {{S, "S", qkv * K, "slot"}, {qkv, "3*H*128", K}, {K, k_label, 1}};
   KDAJIT_TRY(check_shape("conv_state", a.conv_state, sd_dims, sz));
   if (strides_match(a.conv_state, sd_dims))
     lay.conv = ConvLayout::sd;
@@ -339,6 +359,42 @@ Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
   const Dim dtb_dims[] = {{hidden, "H*128", 1}};
   KDAJIT_TRY(check_tensor("dt_bias", a.dt_bias, dtb_dims, 4, sz));
 
+  lay.x_row = used_stride(a.x, x_dims[0], 0);
+  lay.conv_slot = used_stride(a.conv_state, conv_dims[0], 0);
+  lay.gate_row = used_stride(a.raw_gate, rhd_dims[0], 0);
+  lay.beta_row = used_stride(a.raw_beta, beta_dims[0], 0);
+  return {};
+}
+
+template <class Args>
+Status check_state_and_outputs(const Args& a, const Sizes& sz, Layout& lay) {
+  const int64_t H = sz.H, R = sz.R, S = sz.S;
+  const int64_t hidden = H * kD;
+  // state [S, H, D(v), D(k)]
+  const Dim st_dims[] = {{S, "S", H * kD * kD, "slot"}, {H, "H", kD * kD}, {kD, nullptr, kD}, {kD, nullptr, 1}};
+  KDAJIT_TRY(check_tensor("state", a.state, st_dims, 16, sz));
+  KDAJIT_TRY(check_slot_alignment("state", a.state, 16));
+
+  const Dim rhd_dims[] = {{R, "R", hidden, "row"}, {H, "H", kD}, {kD, nullptr, 1}};
+  KDAJIT_TRY(check_header("output_gate", a.output_gate, kBF16, 3, "[R, H, 128]"));
+  KDAJIT_TRY(check_tensor("output_gate", a.output_gate, rhd_dims, 2, sz));
+  KDAJIT_TRY(check_header("norm_weight", a.norm_weight, kF32, 1, "[128]"));
+  const Dim nw_dims[] = {{kD, nullptr, 1}};
+  KDAJIT_TRY(check_tensor("norm_weight", a.norm_weight, nw_dims, 4, sz));
+  KDAJIT_TRY(check_header("output", a.output, kBF16, 3, "[R, H, 128]"));
+  KDAJIT_TRY(check_tensor("output", a.output, rhd_dims, 2, sz));
+
+  lay.state_slot = used_stride(a.state, st_dims[0], 0);
+  lay.ogate_row = used_stride(a.output_gate, rhd_dims[0], 0);
+  lay.out_row = used_stride(a.output, rhd_dims[0], 0);
+  return {};
+}
+
+Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
+  const int64_t R = sz.R, N = sz.N, T = sz.T;
+  Layout lay;
+  KDAJIT_TRY(check_inputs(a, sz, "K=T+2", "[S, 3*H*128, K=T+2]", lay));
+
   if (sz.op == Op::packed) {
     const Dim si_dims[] = {{N, "N", T}, {T, "T", 1}};
     KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
@@ -347,18 +403,7 @@ Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
     KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
   }
 
-  // state [S, H, D(v), D(k)]
-  const Dim st_dims[] = {{S, "S", H * kD * kD, "slot"}, {H, "H", kD * kD}, {kD, nullptr, kD}, {kD, nullptr, 1}};
-  KDAJIT_TRY(check_tensor("state", a.state, st_dims, 16, sz));
-  KDAJIT_TRY(check_slot_alignment("state", a.state, 16));
-
-  KDAJIT_TRY(check_header("output_gate", a.output_gate, kBF16, 3, "[R, H, 128]"));
-  KDAJIT_TRY(check_tensor("output_gate", a.output_gate, rhd_dims, 2, sz));
-  KDAJIT_TRY(check_header("norm_weight", a.norm_weight, kF32, 1, "[128]"));
-  const Dim nw_dims[] = {{kD, nullptr, 1}};
-  KDAJIT_TRY(check_tensor("norm_weight", a.norm_weight, nw_dims, 4, sz));
-  KDAJIT_TRY(check_header("output", a.output, kBF16, 3, "[R, H, 128]"));
-  KDAJIT_TRY(check_tensor("output", a.output, rhd_dims, 2, sz));
+  KDAJIT_TRY(check_state_and_outputs(a, sz, lay));
 
   if (sz.op == Op::packed) {
     KDAJIT_TRY(check_header("query_start_loc", a.query_start_loc, kI32, 1, "[N+1]"));
@@ -368,14 +413,6 @@ Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
     const Dim nat_dims[] = {{N, "N", 1}};
     KDAJIT_TRY(check_tensor("num_accepted_tokens", a.num_accepted_tokens, nat_dims, 4, sz));
   }
-
-  lay.x_row = used_stride(a.x, x_dims[0], 0);
-  lay.conv_slot = used_stride(a.conv_state, conv_dims[0], 0);
-  lay.gate_row = used_stride(a.raw_gate, rhd_dims[0], 0);
-  lay.beta_row = used_stride(a.raw_beta, beta_dims[0], 0);
-  lay.state_slot = used_stride(a.state, st_dims[0], 0);
-  lay.ogate_row = used_stride(a.output_gate, rhd_dims[0], 0);
-  lay.out_row = used_stride(a.output, rhd_dims[0], 0);
   return lay;
 }
 
@@ -410,14 +447,147 @@ KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layo
   p.num_slots = static_cast<kda_i32>(sz.S);
   p.lower_bound = a.lower_bound;
   p.norm_eps = a.norm_eps;
+  p.conv_taps = static_cast<kda_i32>(sz.K);
+  return p;
+}
+
+// The prefill op (docs/CONTRACT.md §10): the decode rules with R = T_total,
+// N from state_indices [N], K from conv_state, and its own tail of tensors.
+constexpr int64_t kMinPrefillTaps = kConvWidth - 1;  // the conv's 3 history taps
+constexpr int64_t kMaxPrefillTaps = kMaxTokens + kConvWidth - 2;  // the packed op's largest K: pools are shared
+
+// Rule group 1 of the prefill op.
+Result<Gate> check_prefill_scalars(const kdajit_prefill_args_t& a) {
+  KDAJIT_TRY_ASSIGN(const Gate gate, check_gate_and_eps(a));
+  if (a.max_seq_len < 0)
+    return invalid_argument(fmt::format(
+        "max_seq_len: expected 0 (T_total) or a bound >= 1 on the longest sequence, got {}", a.max_seq_len));
+  KDAJIT_TRY(check_oob_counter(a.oob_counter));
+  return gate;
+}
+
+// Rule group 2 of the prefill op: H, R = T_total, S, N, K.
+Result<Sizes> read_prefill_sizes(const kdajit_prefill_args_t& a) {
+  Sizes sz;
+  sz.op = Op::prefill;
+  sz.T = kPrefillChunk;
+  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
+  sz.H = a.A_log.shape[0];
+  if (sz.H < 1)
+    return invalid_argument(
+        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
+  if (sz.H > kMaxHeads)
+    return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
+                                                     "this build serves), got {}",
+                                                     kMaxHeads, shape_of(a.A_log)));
+  KDAJIT_TRY(check_header("x", a.x, kBF16, 2, "[T_total, 3*H*128]"));
+  KDAJIT_TRY(check_count("x", a.x, 0, "rows T_total", 1));
+  sz.R = a.x.shape[0];
+  KDAJIT_TRY(check_header("state", a.state, kF32 | kBF16, 4, "[S, H, 128, 128]"));
+  KDAJIT_TRY(check_count("state", a.state, 0, "slots S", 1));
+  sz.S = a.state.shape[0];
+  KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 1, "[N]"));
+  // N + 1 entries of query_start_loc must fit int32 too.
+  const int64_t n = a.state_indices.shape[0];
+  if (n < 1 || n > kMaxCount - 1)
+    return invalid_argument(fmt::format("state_indices: expected sequences N (shape[0]) in 1..{}, got shape {}",
+                                        kMaxCount - 1, shape_of(a.state_indices)));
+  sz.N = n;
+  KDAJIT_TRY(check_header("conv_state", a.conv_state, kBF16, 3, "[S, 3*H*128, K]"));
+  sz.K = a.conv_state.shape[2];
+  if (sz.K < kMinPrefillTaps || sz.K > kMaxPrefillTaps)
+    return invalid_argument(fmt::format("conv_state: expected shape [S, 3*H*128, K] with K (taps) in {}..{}, got {}",
+                                        kMinPrefillTaps, kMaxPrefillTaps, shape_of(a.conv_state)));
+  return sz;
+}
+
+// has_initial_state: empty (ndim 0, or ndim 1 with shape [0]) means every
+// sequence starts from its slot.
+bool is_empty_tensor(const kdajit_tensor_t& t) { return t.ndim == 0 || (t.ndim == 1 && t.shape[0] == 0); }
+
+// Rule group 3 of the prefill op.
+Result<Layout> check_prefill_tensors(const kdajit_prefill_args_t& a, const Sizes& sz) {
+  const int64_t N = sz.N;
+  Layout lay;
+  KDAJIT_TRY(check_inputs(a, sz, "K", "[S, 3*H*128, K]", lay));
+  const Dim si_dims[] = {{N, "N", 1}};
+  KDAJIT_TRY(check_tensor("state_indices", a.state_indices, si_dims, 4, sz));
+  if (!is_empty_tensor(a.has_initial_state)) {
+    KDAJIT_TRY(check_header("has_initial_state", a.has_initial_state, kI32, 1, "[N] (or empty: ndim 0 or shape [0])"));
+    KDAJIT_TRY(check_tensor("has_initial_state", a.has_initial_state, si_dims, 4, sz));
+  }
+  KDAJIT_TRY(check_state_and_outputs(a, sz, lay));
+  KDAJIT_TRY(check_header("query_start_loc", a.query_start_loc, kI32, 1, "[N+1]"));
+  const Dim qsl_dims[] = {{N + 1, "N+1", 1}};
+  KDAJIT_TRY(check_tensor("query_start_loc", a.query_start_loc, qsl_dims, 4, sz));
+  return lay;
+}
+
+KdaParams make_prefill_params(const kdajit_prefill_args_t& a, const Sizes& sz, const Layout& lay) {
+  KdaParams p{};
+  p.x = static_cast<const kda_bf16_bits*>(a.x.data);
+  p.conv_weight = static_cast<const float*>(a.conv_weight.data);
+  p.conv_state = static_cast<kda_bf16_bits*>(a.conv_state.data);
+  p.raw_gate = static_cast<const kda_bf16_bits*>(a.raw_gate.data);
+  p.raw_beta = static_cast<const kda_bf16_bits*>(a.raw_beta.data);
+  p.A_log = static_cast<const float*>(a.A_log.data);
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.state_indices = static_cast<const kda_i32*>(a.state_indices.data);
+  p.state = a.state.data;
+  p.output_gate = static_cast<const kda_bf16_bits*>(a.output_gate.data);
+  p.norm_weight = static_cast<const float*>(a.norm_weight.data);
+  p.output = static_cast<kda_bf16_bits*>(a.output.data);
+  p.query_start_loc = static_cast<const kda_i32*>(a.query_start_loc.data);
+  p.num_accepted = nullptr;
+  p.oob_counter = a.oob_counter;
+  p.has_initial_state =
+      is_empty_tensor(a.has_initial_state) ? nullptr : static_cast<const kda_i32*>(a.has_initial_state.data);
+  p.x_row_stride = lay.x_row;
+  p.conv_slot_stride = lay.conv_slot;
+  p.gate_row_stride = lay.gate_row;
+  p.beta_row_stride = lay.beta_row;
+  p.state_slot_stride = lay.state_slot;
+  p.ogate_row_stride = lay.ogate_row;
+  p.out_row_stride = lay.out_row;
+  p.rows = static_cast<kda_i32>(sz.R);
+  p.num_seqs = static_cast<kda_i32>(sz.N);
+  p.num_slots = static_cast<kda_i32>(sz.S);
+  p.lower_bound = a.lower_bound;
+  p.norm_eps = a.norm_eps;
+  p.conv_taps = static_cast<kda_i32>(sz.K);
   return p;
 }
 
 }  // namespace
 
+Result<ValidatedCall> validate_prefill(const kdajit_prefill_args_t& a) {
+  KDAJIT_TRY_ASSIGN(const Gate gate, check_prefill_scalars(a));
+  KDAJIT_TRY_ASSIGN(const Sizes sz, read_prefill_sizes(a));
+  KDAJIT_TRY_ASSIGN(const Layout lay, check_prefill_tensors(a, sz));
+
+  ValidatedCall call;
+  KernelKey& family = call.shape.family;
+  family.op = Op::prefill;
+  family.heads = static_cast<int>(sz.H);
+  family.tokens = kPrefillChunk;
+  family.state = enum_value(a.state.dtype) == KDAJIT_DTYPE_F32 ? StateDtype::f32 : StateDtype::bf16;
+  family.conv = lay.conv;
+  family.gate = gate;
+  call.shape.mode = IndicesMode::unique_or_null;  // live sequences have distinct slots (§10)
+  call.shape.rows = sz.R;
+  call.shape.num_seqs = sz.N;
+  call.shape.max_seq_len = a.max_seq_len > 0 ? std::min(a.max_seq_len, sz.R) : sz.R;
+  call.params = make_prefill_params(a, sz, lay);
+  return call;
+}
+
 Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
+  if (op == Op::prefill)
+    return invalid_argument(
+        "op: expected single|packed for kdajit_decode_args_t, got prefill (a prefill call takes "
+        "kdajit_prefill_args_t: kdajit_prefill, kdajit_validate_prefill_args)");
   if (op != Op::single && op != Op::packed)
-    return invalid_argument(fmt::format("op: expected {}, got {}", choices<Op>(), static_cast<int>(op)));
+    return invalid_argument(fmt::format("op: expected single|packed, got {}", static_cast<int>(op)));
   KDAJIT_TRY_ASSIGN(const Scalars sc, check_scalars(op, a));
   KDAJIT_TRY_ASSIGN(const Sizes sz, read_sizes(op, a));
   KDAJIT_TRY_ASSIGN(const Layout lay, check_tensors(a, sz));

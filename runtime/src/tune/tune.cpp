@@ -211,6 +211,9 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
   std::set<KernelKey> done;
   const int64_t max_rows = *std::max_element(o.rows.begin(), o.rows.end());
   for (const KernelKey& k : o.families) {
+    // Decode families only: a prefill call's route depends on its prompt
+    // lengths, which the rows axis does not vary (the selector's prefill band).
+    if (k.op == Op::prefill) continue;
     KernelKey family = TuneTable::family_of(k);
     family.arch = device.arch;
     if (!done.insert(family).second) continue;

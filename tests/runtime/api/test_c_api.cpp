@@ -14,12 +14,15 @@
 
 #include "catch.hpp"
 #include "decode_args_builder.hpp"
+#include "prefill_args_builder.hpp"
 #include "kdajit/kdajit.h"
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/api/sized_struct.hpp"
 
 using kdajit::test::build_args;
 using kdajit::test::CallConfig;
+using kdajit::test::build_prefill_args;
+using kdajit::test::PrefillConfig;
 
 // A global operator new that throws std::bad_alloc while armed: it replaces the
 // one libkdajit.so calls too, so an allocation failure inside the library can
@@ -231,6 +234,17 @@ TEST_CASE("c api: the *_init functions write struct_size and stay within the cal
   check_init_stays_in_bounds<kdajit_runtime_options_t>(kdajit_runtime_options_init_v1, "options");
   check_init_stays_in_bounds<kdajit_decode_args_t>(kdajit_decode_args_init_v1, "args");
   check_init_stays_in_bounds<kdajit_config_t>(kdajit_config_init_v1, "config");
+  check_init_stays_in_bounds<kdajit_prefill_args_t>(kdajit_prefill_args_init_v1, "prefill args");
+  kdajit_prefill_args_t pa;
+  std::memset(&pa, 0x5A, sizeof pa);
+  kdajit_prefill_args_init(&pa);
+  CHECK(pa.struct_size == sizeof pa);
+  CHECK(pa.gate == KDAJIT_GATE_BOUNDED);
+  CHECK(pa.lower_bound == -5.0f);
+  CHECK(pa.norm_eps == 1e-6f);
+  CHECK(pa.max_seq_len == 0);
+  CHECK(pa.oob_counter == nullptr);
+  CHECK((pa.x.data == nullptr && pa.x.ndim == 0 && pa.has_initial_state.ndim == 0));
   kdajit_config_t c;
   kdajit_config_init(&c);
   CHECK(c.struct_size == sizeof c);
@@ -352,6 +366,103 @@ TEST_CASE("c api: kdajit_tables_json is built once and spells the tables", "[c_a
   CHECK(j.find("{\"compute_capability\":90,\"name\":\"sm_90a\"}") != std::string::npos);
   CHECK(j.find("\"9.0\":\"sm_90\"") != std::string::npos);
   CHECK(j.find("{\"name\":\"sequential\",\"ops\":[\"single\"]}") != std::string::npos);
+}
+
+TEST_CASE("c api: the prefill entry points: validation, sized args, NULLs", "[c_api][prefill]") {
+  kdajit_prefill_args_t a = build_prefill_args(PrefillConfig{}, 0x10000000);
+  REQUIRE(kdajit_validate_prefill_args(&a) == KDAJIT_OK);
+  CHECK(last_error().empty());
+  // A rule broken: INVALID_ARGUMENT naming the argument and the expected value.
+  kdajit_prefill_args_t bad = a;
+  bad.max_seq_len = -3;
+  CHECK(kdajit_validate_prefill_args(&bad) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("max_seq_len: expected 0 (T_total) or a bound >= 1", 0) == 0);
+  bad = a;
+  bad.query_start_loc.shape[0] = 3;
+  CHECK(kdajit_validate_prefill_args(&bad) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("query_start_loc: expected shape [N+1=4], got [3]", 0) == 0);
+  bad = a;
+  bad.A_log.shape[0] = 200;
+  CHECK(kdajit_validate_prefill_args(&bad) == KDAJIT_ERROR_UNSUPPORTED);
+  // struct_size: one generation so far; any other size is named.
+  for (size_t size : {size_t{0}, offsetof(kdajit_prefill_args_t, max_seq_len), sizeof a + 8}) {
+    INFO("struct_size " << size);
+    bad = a;
+    bad.struct_size = size;
+    CHECK(kdajit_validate_prefill_args(&bad) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error().rfind("args.struct_size: expected sizeof(kdajit_prefill_args_t) of a kdajit header", 0) == 0);
+  }
+  CHECK(kdajit_validate_prefill_args(nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_prefill_args_t, got NULL");
+  CHECK(kdajit_prefill(nullptr, &a, nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("runtime: expected a runtime") != std::string::npos);
+  CHECK(kdajit_prefill(reinterpret_cast<kdajit_runtime_t*>(&a), nullptr, nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_prefill_args_t, got NULL");
+}
+
+TEST_CASE("c api: the decode entry points name the prefill op; the config ones serve it", "[c_api][prefill]") {
+  const kdajit_decode_args_t d = build_args(CallConfig{}, 0x10000000);
+  CHECK(kdajit_validate_args(KDAJIT_OP_PREFILL, &d) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("got KDAJIT_OP_PREFILL (2)") != std::string::npos);
+  CHECK(last_error().find("kdajit_prefill_args_t") != std::string::npos);
+
+  const std::string root = (std::filesystem::temp_directory_path() / ("kdajit-capi-pf-" + std::to_string(getpid()))).string();
+  kdajit_runtime_options_t o;
+  kdajit_runtime_options_init(&o);
+  o.cache_dir = root.c_str();
+  o.log_level = KDAJIT_LOG_QUIET;
+  kdajit_runtime_t* rt = nullptr;
+  REQUIRE(kdajit_runtime_create(&o, &rt) == KDAJIT_OK);
+  char name[256];
+  CHECK(kdajit_selected_key(rt, KDAJIT_OP_PREFILL, &d, nullptr, name, sizeof name) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("got KDAJIT_OP_PREFILL") != std::string::npos);
+  kdajit_runtime_destroy(rt);
+  std::filesystem::remove_all(root);
+
+  kdajit_config_t c;
+  kdajit_config_init(&c);
+  c.op = KDAJIT_OP_PREFILL;
+  c.arch = "sm_90";
+  c.heads = 16;
+  c.tokens = 64;
+  char reason[256];
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_OK);
+  CHECK(std::string(reason).empty());
+  // N sequences of one chunk each: the short-prompt band.
+  REQUIRE(kdajit_config_key(&c, 1, name, sizeof name) == KDAJIT_OK);
+  CHECK(std::string(name) == "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90");
+  c.state_dtype = KDAJIT_DTYPE_BF16;
+  c.conv_layout = KDAJIT_CONV_DS;
+  c.gate = KDAJIT_GATE_SOFTPLUS;
+  REQUIRE(kdajit_config_key(&c, 300, name, sizeof name) == KDAJIT_OK);
+  CHECK(std::string(name) == "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_rowcta.sm_90");
+  size_t needed = 0;
+  REQUIRE(kdajit_config_keys(&c, nullptr, 0, &needed) == KDAJIT_OK);
+  std::string buf(needed, '\0');
+  REQUIRE(kdajit_config_keys(&c, buf.data(), buf.size(), &needed) == KDAJIT_OK);
+  CHECK(std::string(buf.c_str()) ==
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_rowcta.sm_90\n"
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split2.sm_90\n"
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split4.sm_90\n"
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split8.sm_90");
+  // tokens must be the chunk size; heads past 128 are UNSUPPORTED as for decode.
+  c.tokens = 4;
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(reason) == "tokens: expected 64 (the chunk size of the prefill op's keys), got 4");
+  CHECK(kdajit_config_key(&c, 1, name, sizeof name) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  c.tokens = 64;
+  c.heads = 129;
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_UNSUPPORTED);
+  CHECK(std::string(reason).rfind("A_log: expected shape [H]", 0) == 0);
+}
+
+TEST_CASE("c api: kdajit_tables_json spells the prefill op and its routes", "[c_api][prefill]") {
+  const std::string j(kdajit_tables_json());
+  CHECK(j.find("\"op\":{\"packed\":1,\"prefill\":2,\"single\":0}") != std::string::npos);
+  CHECK(j.find("{\"name\":\"rowcta\",\"ops\":[\"single\",\"packed\",\"prefill\"]}") != std::string::npos);
+  CHECK(j.find("{\"name\":\"split8\",\"ops\":[\"prefill\"]}") != std::string::npos);
+  CHECK(j.find("{\"name\":\"stream\",\"ops\":[\"single\",\"packed\"]}") != std::string::npos);
+  CHECK(j.find("\"prefill_chunk\":64") != std::string::npos);
 }
 
 TEST_CASE("c api: libkdajit.so does not link NVRTC (it is dlopen'ed)", "[c_api]") {

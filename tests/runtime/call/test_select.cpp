@@ -33,6 +33,83 @@ CallShape packed(int heads, int64_t seqs) {
   return c;
 }
 
+CallShape prefill(int heads, int64_t seqs, int64_t total, int64_t longest) {
+  CallShape c;
+  c.family = KernelKey{Op::prefill, heads, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta,
+                       Arch::sm_90};
+  c.rows = total;
+  c.num_seqs = seqs;
+  c.max_seq_len = longest;
+  return c;
+}
+
+TEST_CASE("select: the prefill band", "[select][prefill]") {
+  const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
+  // Long prompts (>= 1024 tokens): the largest P in 8, 4, 2 with N x H x P <= SMs.
+  CHECK(builtin_route(prefill(16, 1, 16384, 16384), h200) == Route::split8);   // 128 CTAs
+  CHECK(builtin_route(prefill(16, 2, 4096, 2048), h200) == Route::split4);     // 32 x 4 = 128
+  CHECK(builtin_route(prefill(16, 4, 4096, 1024), h200) == Route::split2);     // 64 x 2 = 128
+  CHECK(builtin_route(prefill(16, 5, 8192, 1024), h200) == Route::rowcta);     // 80 x 2 > 132
+  CHECK(builtin_route(prefill(64, 1, 4096, 4096), h200) == Route::split2);     // 64 x 2 = 128
+  CHECK(builtin_route(prefill(128, 1, 4096, 4096), h200) == Route::rowcta);    // 128 x 2 > 132
+  CHECK(builtin_route(prefill(16, 1, 16384, 16384), small) == Route::split4);  // 16 x 8 > 64
+  CHECK(builtin_route(prefill(1, 1, 1024, 0), h200) == Route::split8);         // no hint: T_total
+  // Short prompts: rowcta whatever the SMs.
+  CHECK(builtin_route(prefill(16, 1, 1023, 1023), h200) == Route::rowcta);
+  CHECK(builtin_route(prefill(1, 1, 100000, 1000), h200) == Route::rowcta);    // the hint wins over T_total
+  CHECK(builtin_route(prefill(1, 1, 500, 5000), h200) == Route::rowcta);       // a hint past T_total is T_total
+  // Every pick serves the op and is eligible.
+  for (int h : {1, 8, 16, 64, 128})
+    for (int64_t n : {1, 2, 3, 8, 100})
+      for (int64_t len : {1, 1023, 1024, 32768}) {
+        const CallShape c = prefill(h, n, n * len, len);
+        const Route r = builtin_route(c, h200);
+        CHECK(route_spec(r).serves(Op::prefill));
+        CHECK(route_spec(r).eligible(c, h200));
+      }
+}
+
+TEST_CASE("select: prefill calls take no tuned route; a forced one must serve the op", "[select][prefill]") {
+  const DeviceTraits d{Arch::sm_90, 132};
+  RoutePolicy p;
+  p.tuned = Route::stream;  // not a prefill route: never taken
+  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::rowcta);
+  p.tuned = Route::split8;  // a prefill route: tune tables hold decode families only
+  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::rowcta);
+  p.tuned.reset();
+  p.forced = Route::split4;
+  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::split4);
+  p.forced = Route::stream;
+  auto bad = select_route(prefill(16, 1, 100, 100), d, p);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == ErrorCode::unsupported);
+  CHECK(bad.error().message.find("stream does not serve the prefill op") != std::string::npos);
+  p.forced = Route::split8;
+  auto dec = select_route(single(8, 1), d, p);
+  REQUIRE_FALSE(dec.ok());
+  CHECK(dec.error().message.find("split8 does not serve the single op") != std::string::npos);
+  // A tune table never answers for a prefill family, and refuses one in its file.
+  TuneTable t(TuneIdentity{"NVIDIA H200", 132, 13000, "13.0", "0.1.0", Arch::sm_90});
+  t.add(prefill(16, 1, 100, 100).family, {1, Route::split2, 1.0});
+  CHECK_FALSE(t.route_for(prefill(16, 1, 100, 100)).has_value());
+  auto back = TuneTable::from_json(t.to_json());
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.error().message.find("op prefill is not tuned") != std::string::npos);
+}
+
+TEST_CASE("select: prewarm's route uses keep every prefill route", "[select][prefill]") {
+  const auto uses = builtin_route_uses(prefill(16, 1, 1, 1).family, 132, 64);
+  std::vector<Route> routes;
+  for (const auto& u : uses) {
+    routes.push_back(u.route);
+    CHECK(u.any_length);
+    CHECK_FALSE(u.repeated_slots);
+    CHECK(u.batches == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+  }
+  CHECK(routes == std::vector<Route>{Route::rowcta, Route::split2, Route::split4, Route::split8});
+  for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
+}
+
 TEST_CASE("select: built-in bands scale with the device's SM count", "[select]") {
   const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
   auto f32 = [](CallShape c) {

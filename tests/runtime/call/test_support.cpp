@@ -33,7 +33,7 @@ kdajit_config_t good_config() {
 // The C config of one key family (arch, device, mode and SM count at their defaults).
 kdajit_config_t config_of(Op op, int heads, StateDtype state, ConvLayout conv, int tokens, Gate gate) {
   kdajit_config_t c = default_config();
-  c.op = op == Op::single ? KDAJIT_OP_SINGLE : KDAJIT_OP_PACKED;
+  c.op = static_cast<kdajit_op_t>(op);
   c.heads = heads;
   c.state_dtype = state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
   c.conv_layout = conv == ConvLayout::sd ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
@@ -61,7 +61,7 @@ TEST_CASE("support: a Hopper target is always served", "[support]") {
 TEST_CASE("support: each configuration field is checked and named", "[support]") {
   auto c = good_config();
   c.op = static_cast<kdajit_op_t>(7);
-  check_rejects(c, ErrorCode::invalid_argument, "op: expected single|packed, got 7");
+  check_rejects(c, ErrorCode::invalid_argument, "op: expected single|packed|prefill, got 7");
 
   c = good_config();
   // Heads and tokens are judged by validation itself, which names the tensor that carries them.
@@ -195,7 +195,7 @@ TEST_CASE("support: every key the selector picks for a preset's shapes is in the
       kdajit_config_t c = config_of(k.op, k.heads, k.state, k.conv, k.tokens, k.gate);
       c.arch = "sm_90";
       for (auto mode : {KDAJIT_INDICES_UNIQUE_OR_NULL, KDAJIT_INDICES_POSITIVE_UNIQUE, KDAJIT_INDICES_REPEATED_POSITIVE}) {
-        if (k.op == Op::packed && mode == KDAJIT_INDICES_REPEATED_POSITIVE) continue;
+        if (k.op != Op::single && mode == KDAJIT_INDICES_REPEATED_POSITIVE) continue;
         c.state_indices_mode = mode;
         for (int sms : {0, 16, 132, 148})
           for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, int64_t{33}, int64_t{512}, int64_t{70000}}) {

@@ -41,6 +41,10 @@ struct Runtime::Impl {
   Status decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
   // Validate -> resolve: the key decode() would launch.
   Result<KernelKey> selected_key(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream);
+  // The prefill op (docs/CONTRACT.md §10): the same path, validated by
+  // validate_prefill (every call: a prompt's args change from call to call).
+  Status prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream);
+  Result<KernelKey> selected_prefill_key(const kdajit_prefill_args_t& args, kdajit_stream_t stream);
   // The key's cubin in the cache (compiled when missing); true when compiled.
   Result<bool> prewarm(const KernelKey& key);
 
@@ -57,6 +61,8 @@ struct Runtime::Impl {
     DeviceTraits device;  // the launch grid of some routes depends on its SM count
   };
   Result<Resolved> resolve(CUcontext ctx, const CallShape& call);
+  // Resolve -> (load, unless the stream captures) -> launch of a validated call.
+  Status launch_validated(const ValidatedCall& call, kdajit_stream_t stream);
   Result<const ContextRoutes*> routes_of(CUcontext ctx);
   // The context a call on `stream` launches in.
   Result<CUcontext> context_for(kdajit_stream_t stream) const;

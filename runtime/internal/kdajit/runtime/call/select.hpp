@@ -23,10 +23,14 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device);
 // of the single op, sequences N of the packed op, each at R = N x T) in
 // [1, max_batch] for which builtin_route() picks it on `sm_count` SMs, as
 // inclusive runs; `repeated_slots` when it serves calls with repeated slots.
+// A prefill family's pick depends on the prompt lengths as well, which no batch
+// size says: every route that serves it is a use, with `any_length` set and
+// batches 1..max_batch.
 struct BuiltinRouteUse {
   Route route = Route::rowcta;
   std::vector<std::pair<int64_t, int64_t>> batches;
   bool repeated_slots = false;
+  bool any_length = false;
 };
 
 // The routes of `family` (its route and arch fields are ignored) that the

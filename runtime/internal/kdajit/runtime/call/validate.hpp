@@ -22,6 +22,12 @@ struct ValidatedCall {
 // integer value, so a C caller's out-of-range value is an error, not undefined.
 Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& args);
 
+// Every rule of docs/CONTRACT.md §10 (the prefill op), the same way: the
+// decode rules with R = T_total rows, plus state_indices [N], query_start_loc
+// [N+1], has_initial_state (empty or [N]), conv_state's K in 3..18 and
+// max_seq_len >= 0. The shape's max_seq_len is the hint clamped to T_total (0: T_total).
+Result<ValidatedCall> validate_prefill(const kdajit_prefill_args_t& args);
+
 // The integer value of a C enum field, read without assuming it is in range.
 template <class E>
 int32_t enum_value(const E& e) {
