@@ -62,10 +62,10 @@ enum : int {
 enum : unsigned { kFull = 0xffffffffu };
 
 static_assert(kHeads >= 1 && kHeads <= 128, "KDA_HEADS must be in 1..128");
-static_assert(kTokens >= 1 && kTokens <= 16, "KDA_T must be in 1..16");
+static_assert((kTokens >= 1 && kTokens <= 16) || kTokens == 64, "KDA_T must be in 1..16 (decode) or 64 (the prefill chunk)");
 // 128 threads would hold 128 state values per thread: far past the register budget.
 static_assert(kThreads == 256 || kThreads == 512, "KDA_THREADS must be 256 or 512");
-static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4, "KDA_SPLIT must be 1, 2 or 4");
+static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4 || kSplit == 8, "KDA_SPLIT must be 1, 2, 4 or 8");
 
 struct __align__(16) U4 {
   unsigned x, y, z, w;

@@ -114,11 +114,18 @@ def make_call(torch, chunk_kda, lengths, heads):
     cu = cu_cpu.to("cuda")
 
     def call():
-        return chunk_kda(q, k, v, g, beta, scale=D ** -0.5, initial_state=h0, output_final_state=True,
-                         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
-                         lower_bound=-5.0, safe_gate=True, use_beta_sigmoid_in_kernel=True, cu_seqlens=cu,
-                         cu_seqlens_cpu=cu_cpu)
+        return varlen_call(chunk_kda, q, k, v, g, beta, h0, A_log, dt_bias, cu, cu_cpu)
     return call
+
+
+def varlen_call(chunk_kda, q, k, v, g, beta, h0, A_log, dt_bias, cu, cu_cpu):
+    """The call an engine makes: packed [1, T, H, 128] q, k, v (before the L2
+    norm) and raw gate, raw beta [1, T, H], fp32 h0 [N, H, K, V]; returns (o,
+    final state [N, H, K, V] fp32)."""
+    return chunk_kda(q, k, v, g, beta, scale=D ** -0.5, initial_state=h0, output_final_state=True,
+                     use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                     lower_bound=-5.0, safe_gate=True, use_beta_sigmoid_in_kernel=True, cu_seqlens=cu,
+                     cu_seqlens_cpu=cu_cpu)
 
 
 def time_call(torch, call, iters, warmup):

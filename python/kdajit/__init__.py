@@ -1,8 +1,10 @@
-"""kdajit: JIT-compiled fused KDA (Kimi Delta Attention) decode kernels for PyTorch.
+"""kdajit: JIT-compiled fused KDA (Kimi Delta Attention) decode and prefill kernels for PyTorch.
 
     import kdajit
     out = kdajit.fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
                                   state_indices, state, output_gate, norm_weight)
+    out = kdajit.fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
+                                   state_indices, state, output_gate, norm_weight, query_start_loc)
 
 The ops take FlashInfer's arguments in FlashInfer's order, so an engine switches
 by changing the import. Python over libkdajit.so's C ABI (ctypes); a call whose
@@ -13,11 +15,11 @@ from ._abi import ABI_VERSION as __version__
 from ._abi import KdajitError, LibraryNotFound, library_path, nvrtc_candidates, version
 from ._config import PrewarmResult, Support, key_for, keys_for, prewarm, supported
 from ._launch import hotpath_info
-from ._ops import HAS_CUSTOM_OPS, dry_run, fused_kda_decode, packed_fused_kda_decode, selected_key
+from ._ops import HAS_CUSTOM_OPS, dry_run, fused_kda_decode, fused_kda_prefill, packed_fused_kda_decode, selected_key
 from ._runtime import Runtime, configure, runtime
 
 __all__ = [
-    "fused_kda_decode", "packed_fused_kda_decode", "supported", "key_for", "keys_for", "prewarm", "dry_run",
+    "fused_kda_decode", "packed_fused_kda_decode", "fused_kda_prefill", "supported", "key_for", "keys_for", "prewarm", "dry_run",
     "selected_key",
     "Support", "PrewarmResult", "Runtime", "configure", "runtime", "KdajitError", "LibraryNotFound",
     "library_path", "nvrtc_candidates", "version", "hotpath_info", "HAS_CUSTOM_OPS", "__version__",

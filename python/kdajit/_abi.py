@@ -95,6 +95,26 @@ class DecodeArgs(ctypes.Structure):
     ]
 
 
+# kdajit_prefill_args_t: its tensor fields and scalars, in header order.
+PREFILL_TENSOR_FIELDS = (
+    "x", "conv_weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias",
+    "state_indices", "has_initial_state", "state", "output_gate", "norm_weight", "output",
+    "query_start_loc",
+)
+PREFILL_SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("norm_eps", "f"), ("max_seq_len", "q"),
+                         ("oob_counter", "Q"))
+
+
+class PrefillArgs(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t)] + [(name, Tensor) for name in PREFILL_TENSOR_FIELDS] + [
+        ("gate", c_int32),
+        ("lower_bound", c_float),
+        ("norm_eps", c_float),
+        ("max_seq_len", c_int64),
+        ("oob_counter", c_void_p),
+    ]
+
+
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -128,6 +148,7 @@ class Config(ctypes.Structure):
 STRUCTS = {
     "kdajit_tensor_t": Tensor,
     "kdajit_decode_args_t": DecodeArgs,
+    "kdajit_prefill_args_t": PrefillArgs,
     "kdajit_runtime_options_t": RuntimeOptions,
     "kdajit_config_t": Config,
 }
@@ -194,6 +215,15 @@ SIZED_ENTRY_POINTS = frozenset((
     "kdajit_config_key", "kdajit_config_keys", "kdajit_selected_key"))
 
 
+# The prefill op's entry points (name as in kdajit.h, restype, argtypes),
+# bound by Library.prefill_entry_points: the args struct goes in as bytes.
+PREFILL_ENTRY_POINTS = (
+    ("kdajit_prefill_args_init", None, [POINTER(PrefillArgs), c_size_t]),
+    ("kdajit_prefill", c_int, [c_void_p, c_char_p, c_void_p]),
+    ("kdajit_validate_prefill_args", c_int, [c_char_p]),
+)
+
+
 class Library:
     """libkdajit.so with typed entry points: each one an attribute of this object
     under its kdajit.h name (e.g. lib.kdajit_config_key), bound to the export that
@@ -247,6 +277,42 @@ class Library:
         fn.restype = restype
         fn.argtypes = argtypes
         setattr(self, name, fn)
+
+    def prefill_entry_points(self):
+        """(kdajit_prefill, kdajit_validate_prefill_args), bound on first use (only
+        fused_kda_prefill needs them), after kdajit_prefill_args_init's defaults
+        are read back at the ctypes offsets. The C names map to their _v1 exports
+        (kdajit.h); a library built before the prefill op raises NotImplementedError."""
+        eps = self.__dict__.get("_prefill")
+        if eps is not None:
+            return eps
+        with _lock:
+            if "_prefill" not in self.__dict__:
+                fns = []
+                for name, restype, argtypes in PREFILL_ENTRY_POINTS:
+                    fn = None
+                    for symbol in (name + "_v1", name):  # the _v1 export, else the plain one of this header
+                        fn = getattr(self.lib, symbol, None)
+                        if fn is not None:
+                            break
+                    if fn is None:
+                        raise NotImplementedError(f"{self.path} (kdajit {self.version}) has no {name}_v1: a library "
+                                                  "built without the prefill op; fused_kda_prefill needs one with it")
+                    fn.restype = restype
+                    fn.argtypes = argtypes
+                    fns.append(fn)
+                init, prefill, validate = fns
+                a = PrefillArgs()
+                ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
+                init(byref(a), ctypes.sizeof(a))
+                got = (a.struct_size, a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter, a.x.data,
+                       a.x.ndim, a.has_initial_state.ndim)
+                want = (ctypes.sizeof(a), GATE_BOUNDED, -5.0, c_float(1e-6).value, 0, None, None, 0, 0)
+                if got != want:
+                    raise LibraryNotFound(f"{self.path}: kdajit_prefill_args_init wrote {got} at the ctypes offsets, "
+                                          f"expected {want}: struct layout mismatch")
+                self._prefill = (prefill, validate)
+        return self._prefill
 
     def enum(self, name):
         """{spelling: C value} of one enum of kdajit_tables_json() ("op", "dtype",

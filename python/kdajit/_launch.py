@@ -62,28 +62,29 @@ _FIELD_TO_ARG = {field: name for name, field, _, _ in PACKED_ARGS}
 
 # --- The packer: derived from the ctypes layout (_abi), checked against it -----
 
-def _make_packer():
-    """struct.Struct over kdajit_decode_args_t: struct_size, then per tensor
-    field its data pointer ('Q') and the rest of its kdajit_tensor_t as one bytes
-    chunk, then the scalar fields; gaps become pad bytes. Any field not covered
-    fails here."""
-    DA, T = _abi.DecodeArgs, _abi.Tensor
-    covered = set(_abi.TENSOR_FIELDS) | {name for name, _ in _abi.HEAD_FIELDS + _abi.SCALAR_FIELDS}
+def _make_packer(DA=_abi.DecodeArgs, tensor_fields=_abi.TENSOR_FIELDS, scalar_fields=_abi.SCALAR_FIELDS,
+                 c_name="kdajit_decode_args_t"):
+    """struct.Struct over an args struct (kdajit_decode_args_t by default):
+    struct_size, then per tensor field its data pointer ('Q') and the rest of
+    its kdajit_tensor_t as one bytes chunk, then the scalar fields; gaps become
+    pad bytes. Any field not covered fails here."""
+    T = _abi.Tensor
+    covered = set(tensor_fields) | {name for name, _ in _abi.HEAD_FIELDS + scalar_fields}
     declared = {name for name, _ in DA._fields_}
     if covered != declared or T._fields_[0][0] != "data" or T.data.offset != 0:
-        raise ImportError("kdajit: the packer expects kdajit_decode_args_t = struct_size + tensor views (data "
-                          f"first) + {[n for n, _ in _abi.SCALAR_FIELDS]}; the ctypes layout in _abi.py differs")
+        raise ImportError(f"kdajit: the packer expects {c_name} = struct_size + tensor views (data "
+                          f"first) + {[n for n, _ in scalar_fields]}; the ctypes layout in _abi.py differs")
     chunk = ctypes.sizeof(T) - T.data.size
     fmt, pos = "<", 0
     for name, code in _abi.HEAD_FIELDS:
         f = getattr(DA, name)
         fmt += (f"{f.offset - pos}x" if f.offset > pos else "") + code
         pos = f.offset + f.size
-    for name in _abi.TENSOR_FIELDS:
+    for name in tensor_fields:
         off = getattr(DA, name).offset
         fmt += (f"{off - pos}x" if off > pos else "") + f"Q{chunk}s"
         pos = off + ctypes.sizeof(T)
-    for name, code in _abi.SCALAR_FIELDS:
+    for name, code in scalar_fields:
         f = getattr(DA, name)
         fmt += (f"{f.offset - pos}x" if f.offset > pos else "") + code
         pos = f.offset + f.size
@@ -91,7 +92,7 @@ def _make_packer():
     fmt += f"{end - pos}x" if end > pos else ""
     packer = struct.Struct(fmt)
     if packer.size != end:
-        raise ImportError(f"kdajit: packer size {packer.size} != sizeof(kdajit_decode_args_t) {end}")
+        raise ImportError(f"kdajit: packer size {packer.size} != sizeof({c_name}) {end}")
     return packer, T.data.size
 
 
@@ -190,16 +191,22 @@ def _check_torch_side(spec, tensors):
             raise ValueError(f"{name}: expected dtype {want}, got {t.dtype}")
 
 
-def _map(spec, tensors):
+def _map(spec, tensors, num_fields=len(_abi.TENSOR_FIELDS)):
     """The mapping for one call's tensors (a cache miss). Raises ValueError for
     the torch-side contract violations: mixed devices and dtypes that kdajit
-    has no code for. Whether the device is a CUDA one is checked per call."""
-    _check_torch_side(spec, tensors)
+    has no code for. Whether the device is a CUDA one is checked per call.
+    A tensor given as None (an optional argument) gets the empty view; the
+    chunks are padded with empty views to the struct's num_fields."""
+    given = [(s, t) for s, t in zip(spec, tensors) if t is not None]
+    _check_torch_side([s for s, _ in given], [t for _, t in given])
     x = tensors[0]
     device = x.get_device()
     heads = _heads_of(tensors[5])
     chunks, notes = [], {}
     for (name, field, form, _), t in zip(spec, tensors):
+        if t is None:
+            chunks.append(_EMPTY)
+            continue
         shape, strides = _view(name, form, t.shape, t.stride(), heads)
         chunks.append(_view_bytes(_TORCH_DTYPES[t.dtype], shape, strides))
         if t.numel() == 0 and t.data_ptr() == 0:
@@ -207,7 +214,7 @@ def _map(spec, tensors):
         elif shape != tuple(t.shape) or strides != tuple(t.stride()):
             notes[field] = (f"given shape {_fmt(t.shape, '[', ']')} strides {_fmt(t.stride(), '(', ')')}, "
                             f"viewed as shape {_fmt(shape, '[', ']')} strides {_fmt(strides, '(', ')')}")
-    chunks += [_EMPTY] * (len(_abi.TENSOR_FIELDS) - len(chunks))
+    chunks += [_EMPTY] * (num_fields - len(chunks))
     return _Mapping(tuple(chunks), device, str(x.device), notes)
 
 
@@ -262,6 +269,7 @@ def _clear_caches():
     global _last_single, _last_packed
     _cache_single.clear()
     _cache_packed.clear()
+    _cache_prefill.clear()
     _last_single = _last_packed = (None, None)
     if _hot_module is not None:
         _hot_module.clear()
@@ -359,14 +367,15 @@ def _current_device():
     return torch._C._cuda_getDevice()
 
 
-def _fail(status, op, mapping):
+def _fail(status, op, mapping, field_to_arg=None):
     """The exception for a failed C call; the argument's view is named when the
-    Python mapping changed its dims."""
+    Python mapping changed its dims. field_to_arg: the op's argument names per
+    struct field, where they differ (default: the decode ops')."""
     lib = _abi.load()
     msg = lib.last_error()
     field = msg.split(":", 1)[0]
     if status in (_abi.ERROR_INVALID_ARGUMENT, _abi.ERROR_UNSUPPORTED):
-        arg = _FIELD_TO_ARG.get(field)
+        arg = (_FIELD_TO_ARG if field_to_arg is None else field_to_arg).get(field)
         if arg and arg != field:
             msg = f"{arg} ({field}){msg[len(field):]}"
         if field in mapping.notes:
@@ -384,28 +393,34 @@ _allow_host_tensors = False
 def _launch(fn_index, op, args, mapping):
     """Runs the decode entry point on the current stream of the tensors' device."""
     c = _c or _bind()
+    _run(c[fn_index], op, args, mapping)
+
+
+def _run(fn, op, args, mapping, field_to_arg=None):
+    """Runs entry point fn(runtime, args, stream) on the current stream of the
+    tensors' device; raises _fail's exception for a failed status."""
     device = mapping.device
     if device < 0:
         if not _allow_host_tensors:
             raise ValueError(f"x: expected a CUDA tensor, got device {mapping.device_name}")
-        status = c[fn_index](_handle(), args, 0)
+        status = fn(_handle(), args, 0)
     else:
         stream = _raw_stream(device)
         if stream or _current_device() == device:
-            status = c[fn_index](_handle(), args, stream)
+            status = fn(_handle(), args, stream)
         else:
             # The legacy default stream means "the current context": make it x's device's.
             with torch.cuda.device(device):
-                status = c[fn_index](_handle(), args, stream)
+                status = fn(_handle(), args, stream)
         if status == _abi.ERROR_CUDA and not stream:
             # Maybe a thread without a current CUDA context (nothing was launched):
             # a runtime API call in this thread makes the device's primary context
             # current; retry once. (The legacy stream is never a capturing one.)
             with torch.cuda.device(device):
                 torch.cuda.synchronize(device)
-                status = c[fn_index](_handle(), args, stream)
+                status = fn(_handle(), args, stream)
     if status:
-        raise _fail(status, op, mapping)
+        raise _fail(status, op, mapping, field_to_arg)
 
 
 def _dry(op_code, op, args, mapping, what):
@@ -621,3 +636,126 @@ def new_output(x, A_log, validate):
             raise
     raise ValueError(f"x: expected R rows of 3*H*128 elements (H = {heads} from A_log), which the output of "
                      f"[1, R, H, 128] needs, got shape {_fmt(x.shape, '[', ']')} strides {_fmt(x.stride(), '(', ')')}")
+
+
+# --- The prefill op ---------------------------------------------------------------
+# kdajit_prefill_args_t from torch tensors: the decode ops' mapping of each tensor
+# (the same forms), a cache of mappings per layout, and one struct.pack. A
+# prefill call moves a whole prompt, so this path is plain Python: no C++ fast path.
+
+# (argument, struct field, form, dtype), in the struct's field order.
+PREFILL_ARGS = (
+    ("x", "x", "rows", "bf16"),
+    ("conv_weight", "conv_weight", "asis", "f32"),
+    ("conv_state", "conv_state", "asis", "bf16"),
+    ("raw_gate", "raw_gate", "rows_hd", "bf16"),
+    ("raw_beta", "raw_beta", "rows_h", "bf16"),
+    ("A_log", "A_log", "flat", "f32"),
+    ("dt_bias", "dt_bias", "flat", "f32"),
+    ("state_indices", "state_indices", "flat", "int32"),
+    ("has_initial_state", "has_initial_state", "flat", "int32"),
+    ("state", "state", "asis", "f32 or bf16"),
+    ("output_gate", "output_gate", "rows_hd", "bf16"),
+    ("norm_weight", "norm_weight", "flat", "f32"),
+    ("out", "output", "rows_hd", "bf16"),
+    ("query_start_loc", "query_start_loc", "flat", "int32"),
+)
+if tuple(f for _, f, _, _ in PREFILL_ARGS) != _abi.PREFILL_TENSOR_FIELDS:
+    raise ImportError("kdajit: PREFILL_ARGS and _abi.PREFILL_TENSOR_FIELDS list different fields")
+_PREFILL_FIELD_TO_ARG = {field: name for name, field, _, _ in PREFILL_ARGS}
+_PREFILL_PACKER, _ = _make_packer(_abi.PrefillArgs, _abi.PREFILL_TENSOR_FIELDS, _abi.PREFILL_SCALAR_FIELDS,
+                                  "kdajit_prefill_args_t")
+_PREFILL_SIZE = ctypes.sizeof(_abi.PrefillArgs)
+_cache_prefill = {}
+
+
+def _gate_code(gate):
+    """The kdajit_gate_t of a gate name ('bounded' or 'softplus', the library's spellings)."""
+    gates = _abi.enum("gate")
+    code = gates.get(gate) if isinstance(gate, str) else None
+    if code is None:
+        names = list(gates)
+        raise ValueError(f"gate: expected {' or '.join(map(repr, names))}, got {gate!r}")
+    return code
+
+
+def _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter):
+    """(gate code, max_seq_len, oob_counter address) after the Python-side checks."""
+    code = _gate_code(gate)
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= _abi.INT64_MAX:
+        raise ValueError(f"max_seq_len: expected an int >= 0 (an upper bound of the longest sequence; 0: T_total), "
+                         f"got {max_seq_len!r}")
+    counter = 0
+    if oob_counter is not None:
+        if not isinstance(oob_counter, torch.Tensor) or oob_counter.layout != torch.strided:
+            raise ValueError(f"oob_counter: expected None or a strided int32 torch.Tensor, got "
+                             f"{type(oob_counter).__name__}")
+        if oob_counter.dtype != torch.int32 or oob_counter.numel() < 1:
+            raise ValueError(f"oob_counter: expected an int32 tensor of at least one element, got "
+                             f"{oob_counter.dtype} of shape {_fmt(oob_counter.shape, '[', ']')}")
+        if isinstance(x, torch.Tensor) and oob_counter.device != x.device:
+            raise ValueError(f"oob_counter: expected a tensor on {x.device} (the device of x), got "
+                             f"{oob_counter.device}")
+        counter = oob_counter.data_ptr()
+    for name, v in (("lower_bound", lower_bound), ("norm_eps", norm_eps)):
+        try:
+            struct.pack("<f", v)
+        except (struct.error, TypeError, OverflowError) as e:
+            raise ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})") from None
+    return code, max_seq_len, counter
+
+
+def prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, out,
+                 oob_counter):
+    """The Python path of the prefill op: (mapping, kdajit_prefill_args_t bytes).
+    Raises ValueError for what torch shows and the C ABI cannot see (non-tensors,
+    mixed devices, dtypes without a kdajit code, the scalars' Python types); the
+    library validates the rest."""
+    tensors = (x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, has_initial_state,
+               state, output_gate, norm_weight, out, query_start_loc)
+    for (name, _, _, want), t in zip(PREFILL_ARGS, tensors):
+        if t is None and name == "has_initial_state":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+    gate_code, max_seq_len, counter = _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter)
+    key = tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    m = _cache_prefill.get(key)
+    if m is None:
+        m = _map(PREFILL_ARGS, tensors, len(_abi.PREFILL_TENSOR_FIELDS))
+        if len(_cache_prefill) >= _CACHE_LIMIT:
+            _cache_prefill.clear()
+        _cache_prefill[key] = m
+    values = []
+    for t, chunk in zip(tensors, m.chunks):
+        values += (0 if t is None else t.data_ptr(), chunk)
+    args = _PREFILL_PACKER.pack(_PREFILL_SIZE, *values, gate_code, lower_bound, norm_eps, max_seq_len, counter)
+    return m, args
+
+
+def _launch_prefill(args, mapping):
+    """Runs kdajit_prefill on the current stream of the tensors' device."""
+    prefill, _ = _abi.load().prefill_entry_points()
+    _run(prefill, "fused_kda_prefill", args, mapping, _PREFILL_FIELD_TO_ARG)
+
+
+def prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+                 norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, out,
+                 oob_counter, dry=False):
+    """The prefill op on given tensors (out allocated by the caller). dry=True:
+    validate in the C library (kdajit_validate_prefill_args) instead of
+    launching and return the kdajit_prefill_args_t bytes."""
+    m, args = prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                           output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
+                           max_seq_len, out, oob_counter)
+    if dry:
+        _, validate = _abi.load().prefill_entry_points()
+        status = validate(args)
+        if status:
+            raise _fail(status, "fused_kda_prefill", m, _PREFILL_FIELD_TO_ARG)
+        return args
+    _launch_prefill(args, m)
+    return None

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU test suite on a CUDA machine: build, the GPU tests in parallel shards
-# (Catch2 3 --shard-count), compute-sanitizer memcheck, racecheck and synccheck
-# on the [sanitize] cases (every route), then the README main job (prewarm +
+# The GPU test suite on a CUDA machine: build, the GPU tests (test_gpu_decode,
+# then test_gpu_prefill, in each shard) in parallel shards (Catch2 3
+# --shard-count), compute-sanitizer memcheck, racecheck and synccheck on the
+# [sanitize] cases (every route of every op), then the README main job (prewarm +
 # selfcheck). Logs under ${OUT:-/tmp/kdajit-out}; a summary is printed last.
 # Exit status: 0 only when the build, every shard, every sanitizer run (no
 # error reported) and the main job all passed.
@@ -12,7 +13,7 @@
 # them (each shard is one CPU-bound process: its test problems and the f64
 # reference; a machine with more cores than shards has room for them). On
 # the 16-core H200 machine the whole suite fits one call that way (build
-# about 65 s, 669 cases in about 190 s): SHARDS=16 CONCURRENT=1 bash ....
+# about 65 s, the 669 decode cases in about 190 s): SHARDS=16 CONCURRENT=1 bash ....
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kdajit-out}
@@ -38,12 +39,15 @@ SUMMARY_DIR=$(mktemp -d)
 # 2. compute-sanitizer on the small cases (kernels cached by the shards, or
 # compiled here when it runs beside them).
 run_sanitize() {
-  local src
+  local src log
   for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/test_gpu_decode" "[sanitize]" >"$OUT/sanitizer_$tool.log" 2>&1
-    src=$?
-    [ $src = 0 ] || echo fail >"$SUMMARY_DIR/failed"
-    echo "compute-sanitizer $tool: rc=$src, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" >>"$SUMMARY_DIR/2-sanitize"
+    for bin in test_gpu_decode test_gpu_prefill; do
+      log="$OUT/sanitizer_${tool}_$bin.log"
+      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$bin" "[sanitize]" >"$log" 2>&1
+      src=$?
+      [ $src = 0 ] || echo fail >"$SUMMARY_DIR/failed"
+      echo "compute-sanitizer $tool $bin: rc=$src, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" >>"$SUMMARY_DIR/2-sanitize"
+    done
   done
 }
 
@@ -71,7 +75,11 @@ if step gpu; then
 t1=$(date +%s)
 pids=()
 for i in $SHARD_INDICES; do
-  "$B/tests/gpu/test_gpu_decode" --shard-count "$SHARDS" --shard-index "$i" >"$OUT/gpu_shard_$i.log" 2>&1 &
+  { src=0
+    for bin in test_gpu_decode test_gpu_prefill; do
+      "$B/tests/gpu/$bin" --shard-count "$SHARDS" --shard-index "$i" || src=1
+    done
+    exit $src; } >"$OUT/gpu_shard_$i.log" 2>&1 &
   pids+=($!)
 done
 grc=0

@@ -42,6 +42,28 @@ int main(void) {
   FIELD(kdajit_decode_args_t, state_indices_mode);
   FIELD(kdajit_decode_args_t, oob_counter);
 
+  STRUCT(kdajit_prefill_args_t);
+  FIELD(kdajit_prefill_args_t, struct_size);
+  FIELD(kdajit_prefill_args_t, x);
+  FIELD(kdajit_prefill_args_t, conv_weight);
+  FIELD(kdajit_prefill_args_t, conv_state);
+  FIELD(kdajit_prefill_args_t, raw_gate);
+  FIELD(kdajit_prefill_args_t, raw_beta);
+  FIELD(kdajit_prefill_args_t, A_log);
+  FIELD(kdajit_prefill_args_t, dt_bias);
+  FIELD(kdajit_prefill_args_t, state_indices);
+  FIELD(kdajit_prefill_args_t, has_initial_state);
+  FIELD(kdajit_prefill_args_t, state);
+  FIELD(kdajit_prefill_args_t, output_gate);
+  FIELD(kdajit_prefill_args_t, norm_weight);
+  FIELD(kdajit_prefill_args_t, output);
+  FIELD(kdajit_prefill_args_t, query_start_loc);
+  FIELD(kdajit_prefill_args_t, gate);
+  FIELD(kdajit_prefill_args_t, lower_bound);
+  FIELD(kdajit_prefill_args_t, norm_eps);
+  FIELD(kdajit_prefill_args_t, max_seq_len);
+  FIELD(kdajit_prefill_args_t, oob_counter);
+
   STRUCT(kdajit_runtime_options_t);
   FIELD(kdajit_runtime_options_t, struct_size);
   FIELD(kdajit_runtime_options_t, cache_dir);

@@ -74,6 +74,31 @@ class Layout(unittest.TestCase):
                          (1, -2.5, 0.25, 2, 0xABCDEF))
 
 
+    def test_prefill_packer_writes_each_field_where_ctypes_reads_it(self):
+        values = []
+        for i in range(len(_abi.PREFILL_TENSOR_FIELDS)):
+            t = _abi.Tensor()
+            t.dtype, t.ndim = i % 3, (i % 4) + 1
+            for d in range(4):
+                t.shape[d] = 1000 * i + d
+                t.strides[d] = -(1000 * i + d)
+            values += [0x2000 + i, bytes(t)[_launch._PTR_BYTES:]]
+        values += [1, -2.5, 0.25, 2**40 + 3, 0xABCDEF]
+        a = _abi.PrefillArgs.from_buffer_copy(_launch._PREFILL_PACKER.pack(0x6161, *values))
+        self.assertEqual(a.struct_size, 0x6161)
+        for i, name in enumerate(_abi.PREFILL_TENSOR_FIELDS):
+            t = getattr(a, name)
+            self.assertEqual((t.data, t.dtype, t.ndim), (0x2000 + i, i % 3, (i % 4) + 1), name)
+            self.assertEqual(list(t.shape), [1000 * i + d for d in range(4)], name)
+            self.assertEqual(list(t.strides), [-(1000 * i + d) for d in range(4)], name)
+        self.assertEqual((a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter),
+                         (1, -2.5, 0.25, 2**40 + 3, 0xABCDEF))
+
+    def test_prefill_arguments_map_onto_the_struct_fields(self):
+        self.assertEqual(tuple(f for _, f, _, _ in _launch.PREFILL_ARGS), _abi.PREFILL_TENSOR_FIELDS)
+        self.assertEqual([f for f, _ in _abi.PrefillArgs._fields_][1:15], list(_abi.PREFILL_TENSOR_FIELDS))
+
+
 class HeaderConstants(unittest.TestCase):
     def test_enum_values_match_the_header(self):
         with open(HEADER) as f:
@@ -124,6 +149,16 @@ class Statuses(unittest.TestCase):
         c = _abi.Config()
         lib.kdajit_config_init(ctypes.byref(c), ctypes.sizeof(c))
         self.assertEqual((c.struct_size, c.heads, c.tokens, c.device, c.sm_count), (ctypes.sizeof(c), 64, 1, -1, 0))
+
+    def test_prefill_entry_points_are_the_v1_exports(self):
+        # Bound on first use; kdajit_prefill_args_init's defaults are read back there.
+        lib = _abi.load()
+        if not hasattr(lib.lib, "kdajit_prefill_v1") and not hasattr(lib.lib, "kdajit_prefill"):
+            self.skipTest(f"{lib.path} has no kdajit_prefill (built without the prefill op)")
+        self.assertTrue(hasattr(lib.lib, "kdajit_prefill_v1"), "kdajit.h maps kdajit_prefill to kdajit_prefill_v1")
+        prefill, _ = lib.prefill_entry_points()
+        self.assertEqual(ctypes.cast(prefill, ctypes.c_void_p).value,
+                         ctypes.cast(lib.lib.kdajit_prefill_v1, ctypes.c_void_p).value)
 
     def test_sized_entry_points_are_the_v1_exports(self):
         # The plain symbols take the 0.1.0 structs (no struct_size): the package never calls them.

@@ -293,6 +293,124 @@ class SelectedKey(unittest.TestCase):
             self.assertEqual(cm.exception.status, 4, str(cm.exception))  # KDAJIT_ERROR_CUDA
 
 
+def prefill(**kw):
+    return kt.make_prefill_problem(4, [5, 0, 3], kinds=["live", "live", "null"], initial=[1, 0, 1], **kw)
+
+
+def library_has_prefill():
+    lib = kdajit._abi.load()
+    return hasattr(lib.lib, "kdajit_prefill_v1") or hasattr(lib.lib, "kdajit_prefill")
+
+
+# fused_kda_prefill: what only Python sees (the arguments' Python types, torch
+# dtypes without a kdajit code, devices, the oob_counter tensor), raised before
+# the C library is asked: (argument, its value from the problem, a phrase).
+PREFILL_PYTHON_CASES = [
+    ("x", lambda p: p.args["x"].half(), "expected dtype bf16, got torch.float16"),
+    ("conv_weight", lambda p: p.args["conv_weight"].tolist(), "expected a torch.Tensor"),
+    ("state", lambda p: p.args["state"].to_sparse(), "expected a strided (dense) tensor"),
+    ("has_initial_state", lambda p: [1, 0, 1], "expected a torch.Tensor"),
+    ("has_initial_state", lambda p: torch.ones(3, dtype=torch.int64), "expected dtype int32, got torch.int64"),
+    ("query_start_loc", lambda p: torch.zeros(4, dtype=torch.int32, device="meta"), "expected a tensor on cpu"),
+    ("out", lambda p: p.args["out"].double(), "expected dtype bf16, got torch.float64"),
+    ("gate", lambda p: "linear", "expected 'bounded' or 'softplus'"),
+    ("gate", lambda p: None, "expected 'bounded' or 'softplus'"),
+    ("max_seq_len", lambda p: -1, "expected an int >= 0"),
+    ("max_seq_len", lambda p: 2.5, "expected an int >= 0"),
+    ("max_seq_len", lambda p: True, "expected an int >= 0"),
+    ("oob_counter", lambda p: torch.zeros(1, dtype=torch.int64), "expected an int32 tensor of at least one element"),
+    ("oob_counter", lambda p: torch.zeros(0, dtype=torch.int32), "expected an int32 tensor of at least one element"),
+    ("oob_counter", lambda p: 7, "expected None or a strided int32 torch.Tensor"),
+    ("oob_counter", lambda p: torch.zeros(1, dtype=torch.int32, device="meta"), "expected a tensor on cpu"),
+    ("lower_bound", lambda p: "-5", "representable as f32"),
+    ("norm_eps", lambda p: 1e39, "representable as f32"),
+]
+
+# What the C library validates (kdajit_validate_prefill_args): each names the
+# argument (state_indices defines N: the other [N] / [N+1] tensors are blamed).
+PREFILL_C_CASES = [
+    ("x", lambda p: p.args["x"].float(), "expected"),
+    ("has_initial_state", lambda p: torch.ones(4, dtype=torch.int32), "expected"),
+    ("query_start_loc", lambda p: torch.zeros(3, dtype=torch.int32), "expected"),
+    ("conv_state", lambda p: bad_conv(p, taps=19), "expected"),
+    ("raw_gate", lambda p: p.args["raw_gate"][:4], "expected"),
+    ("lower_bound", lambda p: 0.0, "expected"),
+    ("norm_eps", lambda p: -1.0, "expected"),
+]
+
+
+class PrefillViolations(unittest.TestCase):
+    def setUp(self):
+        _launch._allow_host_tensors = True
+
+    def tearDown(self):
+        _launch._allow_host_tensors = False
+
+    def assert_rejected(self, p, arg, phrase, paths=("dry_run", "launch"), **override):
+        kwargs = p.kwargs(**override)
+        before = storage_bytes(kwargs)
+        for path in paths:
+            with self.assertRaises(ValueError, msg=f"{arg} ({phrase}) via {path}") as cm:
+                if path == "dry_run":
+                    kdajit.dry_run(kdajit.fused_kda_prefill, **kwargs)
+                else:
+                    kdajit.fused_kda_prefill(**kwargs)
+            msg = str(cm.exception)
+            self.assertTrue(msg.startswith(f"{arg}:") or msg.startswith(f"{arg} ("),
+                            f"{arg} via {path}: the message should name {arg} first: {msg}")
+            self.assertIn(phrase, msg, f"{arg} via {path}")
+            self.assertEqual(storage_bytes(kwargs), before, f"{arg} via {path}: a tensor was written")
+
+    def test_python_side_violations(self):
+        for arg, value, phrase in PREFILL_PYTHON_CASES:
+            p = prefill()
+            self.assert_rejected(p, arg, phrase, **{arg: value(p)})
+
+    def test_python_side_violations_with_the_output_allocated(self):
+        for arg, value, phrase in PREFILL_PYTHON_CASES:
+            if arg in ("x", "out"):
+                continue
+            p = prefill()
+            self.assert_rejected(p, arg, phrase, **{arg: value(p), "out": None})
+
+    def test_scalars_are_checked_before_the_output_is_allocated(self):
+        p = prefill()
+        allocated = []
+        new_output = _launch.new_output
+        _launch.new_output = lambda *a: allocated.append(a) or new_output(*a)
+        try:
+            for arg, value in (("gate", "linear"), ("max_seq_len", -1), ("oob_counter", 7), ("norm_eps", "x")):
+                with self.assertRaises(ValueError, msg=arg):
+                    kdajit.fused_kda_prefill(**p.kwargs(**{arg: value, "out": None}))
+        finally:
+            _launch.new_output = new_output
+        self.assertEqual(allocated, [])
+
+    def test_library_violations(self):
+        if not library_has_prefill():
+            self.skipTest("libkdajit.so has no kdajit_prefill (built without the prefill op)")
+        p = prefill()
+        kdajit.dry_run(kdajit.fused_kda_prefill, **p.kwargs())  # the base problem is valid
+        kdajit.dry_run(kdajit.fused_kda_prefill, **p.kwargs(has_initial_state=None, gate="softplus"))
+        for arg, value, phrase in PREFILL_C_CASES:
+            p = prefill()
+            self.assert_rejected(p, arg, phrase, **{arg: value(p)})
+
+    def test_an_expanded_x_is_named_before_any_allocation(self):
+        if not library_has_prefill():
+            self.skipTest("libkdajit.so has no kdajit_prefill (built without the prefill op)")
+        p = prefill()
+        x = p.args["x"][:1].expand(2**31 - 1, -1)
+        with self.assertRaises(ValueError) as cm:
+            kdajit.fused_kda_prefill(**p.kwargs(x=x, out=None))
+        self.assertTrue(str(cm.exception).startswith("x:"), str(cm.exception))
+
+    def test_selected_key_names_the_decode_ops_only(self):
+        with self.assertRaises(ValueError) as cm:
+            kdajit.selected_key(kdajit.fused_kda_prefill, **prefill().kwargs())
+        self.assertTrue(str(cm.exception).startswith("op: expected fused_kda_decode"), str(cm.exception))
+
+
 class SupportAgreesWithValidation(unittest.TestCase):
     def test_unsupported_heads_and_tokens(self):
         self.assertFalse(kdajit.supported(129, arch="sm_90"))

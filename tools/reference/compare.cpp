@@ -216,29 +216,45 @@ std::string CompareReport::summary() const {
                      message);
 }
 
-CompareReport compare(const Problem& expected, const Problem& got, const Tolerances& tol) {
-  CompareReport rep;
-  Failures fail(rep);
-  // Both must be copies of one problem: same geometry, same inputs, same before-snapshot.
+namespace {
+
+// Both must be copies of one problem: same geometry, same inputs, same
+// before-snapshot. False when they are not (nothing more can be compared);
+// a changed input is a failure but leaves the rest comparable.
+bool same_problem(Failures& fail, const Problem& expected, const Problem& got) {
   for (int i = 0; i < kNumTensors; ++i) {
     const auto t = static_cast<Tensor>(i);
     const bool same_before = &expected.initial(t) == &got.initial(t) || expected.initial(t) == got.initial(t);
     if (expected.bytes(t).size() != got.bytes(t).size() || !same_before) {
       fail.add(fmt::format("{}: expected and got are not copies of one problem (different size or before-state)", tensor_name(t)));
-      return rep;
+      return false;
     }
     if (!tensor_written(t) && expected.bytes(t) != got.bytes(t))
       fail.add(fmt::format("{}: an input changed (it must be read only)", tensor_name(t)));
   }
+  return true;
+}
+
+}  // namespace
+
+CompareReport compare(const Problem& expected, const Problem& got, const WritePlan& plan, const Tolerances& tol) {
+  CompareReport rep;
+  Failures fail(rep);
+  if (!same_problem(fail, expected, got)) return rep;
+  compare_output(fail, rep, expected, got, plan, tol);
+  compare_state(fail, rep, expected, got, plan, tol);
+  compare_conv(fail, rep, expected, got, plan);
+  return rep;
+}
+
+CompareReport compare(const Problem& expected, const Problem& got, const Tolerances& tol) {
   auto plan = plan_writes(expected.op(), expected.args());
   if (!plan) {
-    fail.add("the problem's arguments are invalid: " + plan.error().message);
+    CompareReport rep;
+    Failures(rep).add("the problem's arguments are invalid: " + plan.error().message);
     return rep;
   }
-  compare_output(fail, rep, expected, got, *plan, tol);
-  compare_state(fail, rep, expected, got, *plan, tol);
-  compare_conv(fail, rep, expected, got, *plan);
-  return rep;
+  return compare(expected, got, *plan, tol);
 }
 
 bool bitwise_equal(const Problem& a, const Problem& b) {

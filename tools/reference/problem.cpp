@@ -112,6 +112,9 @@ Status check_spec(const ProblemSpec& s) {
     return invalid_argument(fmt::format("ProblemSpec.tokens: expected 1 for op single, got {}", s.tokens));
   if (s.tokens < 1 || s.tokens > kMaxTokens)
     return invalid_argument(fmt::format("ProblemSpec.tokens: expected 1..{}, got {}", kMaxTokens, s.tokens));
+  if (s.conv_taps != 0 && (s.conv_taps < 3 || s.conv_taps > kMaxTokens + 2))
+    return invalid_argument(fmt::format("ProblemSpec.conv_taps: expected 0 (T + 2) or 3..{}, got {}", kMaxTokens + 2,
+                                        s.conv_taps));
   if (s.row_pad < 0 || s.slot_pad < 0 || s.extra_rows < 0 || s.null_rows < 0 || s.oob_rows < 0 ||
       s.null_checkpoints < 0 || s.num_slots < 0 || s.rows < 0)
     return invalid_argument("ProblemSpec: rows, row_pad, slot_pad, extra_rows, null_rows, oob_rows, "
@@ -189,7 +192,8 @@ Result<Problem> Problem::make(const ProblemSpec& spec) {
   Problem p;
   p.spec_ = spec;
   const bool packed = spec.op == KDAJIT_OP_PACKED;
-  const int64_t H = spec.heads, hidden = H * D, qkv = 3 * hidden, T = spec.tokens, K = T + kConvWidth - 2;
+  const int64_t H = spec.heads, hidden = H * D, qkv = 3 * hidden, T = spec.tokens;
+  const int64_t K = spec.conv_taps > 0 ? spec.conv_taps : T + kConvWidth - 2;
   const int64_t N = packed ? static_cast<int64_t>(spec.seq_lens.size()) : 0;
   int64_t R = spec.rows;
   if (packed) R = std::accumulate(spec.seq_lens.begin(), spec.seq_lens.end(), int64_t{0}) + spec.extra_rows;

@@ -367,9 +367,21 @@ Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture
   return {};
 }
 
-Status prefill(const PrefillArgs& p, Capture* capture) {
-  // The runner reads the decode ops' fields: the same tensors under the same names.
+namespace {
+
+// A prefill call as the runner sees it: the decode ops' fields under the same
+// names (the single op's geometry, R = T_total rows, with this call's K and
+// slots) and every sequence with its liveness by the rules of reference.hpp.
+struct PrefillPlan {
   kdajit_decode_args_t a{};
+  Geometry g;
+  std::vector<Seq> seqs;           // [N]
+  std::vector<int32_t> row_slots;  // backs a.state_indices for the geometry check (all null)
+};
+
+Result<PrefillPlan> plan_prefill(const PrefillArgs& p) {
+  PrefillPlan plan;
+  kdajit_decode_args_t& a = plan.a;
   a.x = p.x;
   a.conv_weight = p.conv_weight;
   a.conv_state = p.conv_state;
@@ -384,32 +396,32 @@ Status prefill(const PrefillArgs& p, Capture* capture) {
   a.gate = p.gate;
   a.lower_bound = p.lower_bound;
   a.norm_eps = p.norm_eps;
-  // The single op's geometry (R = T_total rows) with this call's K and slots.
   if (p.conv_state.ndim != 3 || p.conv_state.shape[2] < 3 || p.conv_state.shape[2] > kMaxTokens + 2)
     return invalid_argument(fmt::format("conv_state: expected bf16 [S, 3*H*128, K] with K in 3..{}, got {}",
                                         kMaxTokens + 2, shape_string(p.conv_state)));
   if (p.state_indices.ndim != 1 || p.state_indices.shape[0] < 0)
     return invalid_argument(fmt::format("state_indices: expected int32 [N], got {}", shape_string(p.state_indices)));
   const int64_t N = p.state_indices.shape[0];
-  std::vector<int32_t> row_slots(static_cast<size_t>(std::max<int64_t>(p.x.ndim == 2 ? p.x.shape[0] : 0, 0)), 0);
-  a.state_indices = dense_tensor_view(row_slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(row_slots.size())});
+  plan.row_slots.assign(static_cast<size_t>(std::max<int64_t>(p.x.ndim == 2 ? p.x.shape[0] : 0, 0)), 0);
+  a.state_indices =
+      dense_tensor_view(plan.row_slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(plan.row_slots.size())});
   kdajit_tensor_t conv3 = p.conv_state;
   conv3.shape[2] = 3;
   a.conv_state = conv3;
-  KDAJIT_TRY_ASSIGN(Geometry g, check_args(KDAJIT_OP_SINGLE, a));
+  KDAJIT_TRY_ASSIGN(plan.g, check_args(KDAJIT_OP_SINGLE, a));
   a.conv_state = p.conv_state;
-  g.K = p.conv_state.shape[2];
+  plan.g.K = p.conv_state.shape[2];
   KDAJIT_TRY(check_view(p.state_indices, "state_indices", {KDAJIT_DTYPE_INT32}, {N}));
   KDAJIT_TRY(check_view(p.query_start_loc, "query_start_loc", {KDAJIT_DTYPE_INT32}, {N + 1}));
-  const bool all_initial = p.has_initial_state.ndim == 1 && p.has_initial_state.shape[0] == 0;
+  // Empty (ndim 0, or shape [0]): every sequence starts from its slot (kdajit.h).
+  const kdajit_tensor_t& hi = p.has_initial_state;
+  const bool all_initial = hi.ndim == 0 || (hi.ndim == 1 && hi.shape[0] == 0);
   if (!all_initial) KDAJIT_TRY(check_view(p.has_initial_state, "has_initial_state", {KDAJIT_DTYPE_INT32}, {N}));
 
-  if (capture) capture->output.assign(static_cast<size_t>(g.R * g.H * D), 0.0);
-  for (int64_t r = 0; r < g.R; ++r)
-    for (int64_t h = 0; h < g.H; ++h)
-      for (int64_t v = 0; v < D; ++v) store_bits16(a.output, {r, h, v}, 0);
+  const Geometry& g = plan.g;
+  plan.seqs.resize(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
-    Seq q;
+    Seq& q = plan.seqs[static_cast<size_t>(n)];
     const auto q0 = static_cast<int64_t>(load(p.query_start_loc, {n}));
     const auto q1 = static_cast<int64_t>(load(p.query_start_loc, {n + 1}));
     const auto s = static_cast<int64_t>(load(p.state_indices, {n}));
@@ -423,9 +435,40 @@ Status prefill(const PrefillArgs& p, Capture* capture) {
     q.ckpt.back() = s;
     q.conv_first = q.len;
     q.conv_count = 3;
-    run_sequence(g, a, q, capture);
   }
+  return plan;
+}
+
+}  // namespace
+
+Status prefill(const PrefillArgs& p, Capture* capture) {
+  KDAJIT_TRY_ASSIGN(const PrefillPlan plan, plan_prefill(p));
+  const Geometry& g = plan.g;
+  if (capture) capture->output.assign(static_cast<size_t>(g.R * g.H * D), 0.0);
+  for (int64_t r = 0; r < g.R; ++r)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t v = 0; v < D; ++v) store_bits16(plan.a.output, {r, h, v}, 0);
+  for (const Seq& q : plan.seqs)
+    if (q.live) run_sequence(g, plan.a, q, capture);
   return {};
+}
+
+Result<WritePlan> plan_prefill_writes(const PrefillArgs& args) {
+  KDAJIT_TRY_ASSIGN(const PrefillPlan plan, plan_prefill(args));
+  WritePlan w;
+  w.rows = plan.g.R;
+  w.heads = plan.g.H;
+  w.slots = plan.g.S;
+  w.row_live.assign(static_cast<size_t>(plan.g.R), 0);
+  w.state_written.assign(static_cast<size_t>(plan.g.S), 0);
+  w.conv_taps_written.assign(static_cast<size_t>(plan.g.S), 0);
+  for (const Seq& q : plan.seqs) {
+    if (!q.live) continue;
+    for (int64_t t = 0; t < q.len; ++t) w.row_live[static_cast<size_t>(q.row0 + t)] = 1;
+    w.state_written[static_cast<size_t>(q.conv_slot)] = 1;
+    w.conv_taps_written[static_cast<size_t>(q.conv_slot)] = static_cast<int32_t>(q.conv_count);
+  }
+  return w;
 }
 
 Status single_decode(const kdajit_decode_args_t& args, Capture* capture) {

@@ -10,21 +10,24 @@ namespace kdajit {
 
 namespace {
 
-// The prefill op (docs/DESIGN.md, "Prefill: the chunked op"), a first band to
-// be measured: a value split of P CTAs per (sequence, head) for long prompts
-// whose sequence-heads leave SMs idle (the largest P in 8, 4, 2 whose CTAs fit
-// one per SM), one CTA per (sequence, head) otherwise. The longest sequence is
-// the caller's hint (max_seq_len; T_total without one): every route computes
-// every length, the hint only picks the faster one.
+// The prefill op (docs/DESIGN.md, "Prefill: the chunked op"): split4 for long
+// prompts whose sequence-heads leave SMs idle with one CTA each (its CTAs fit
+// one per SM), rowcta otherwise. Measured on the H200 (ab/probe, 2026-12-04):
+// 1 x 16384 tokens at H = 16, split4 11.0 ms, rowcta 13.0, split2 14.6,
+// split8 24.3 (one state warp per CTA: its chunk pass is the critical path);
+// 8 x 2048, rowcta 1.64 ms, split2 3.67. split2 and split8 stay for forced
+// use. The longest sequence is the caller's hint (max_seq_len; T_total
+// without one): every route computes every length, the hint only picks the
+// faster one.
 constexpr int64_t kPrefillSplitMinLength = 1024;
 
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
   const int64_t x = std::max<int64_t>(call.num_seqs, 1) * call.family.heads;
-  if (longest >= kPrefillSplitMinLength)
-    for (Route r : {Route::split8, Route::split4, Route::split2})
-      if (x * route_spec(r).cluster <= sms && route_spec(r).eligible(call, device)) return r;
+  const RouteSpec& split4 = route_spec(Route::split4);
+  if (longest >= kPrefillSplitMinLength && x * split4.cluster <= sms && split4.eligible(call, device))
+    return Route::split4;
   return Route::rowcta;
 }
 

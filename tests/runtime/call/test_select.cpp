@@ -45,15 +45,15 @@ CallShape prefill(int heads, int64_t seqs, int64_t total, int64_t longest) {
 
 TEST_CASE("select: the prefill band", "[select][prefill]") {
   const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
-  // Long prompts (>= 1024 tokens): the largest P in 8, 4, 2 with N x H x P <= SMs.
-  CHECK(builtin_route(prefill(16, 1, 16384, 16384), h200) == Route::split8);   // 128 CTAs
+  // Long prompts (>= 1024 tokens): split4 while N x H x 4 <= SMs, else rowcta.
+  CHECK(builtin_route(prefill(16, 1, 16384, 16384), h200) == Route::split4);   // 64 CTAs
   CHECK(builtin_route(prefill(16, 2, 4096, 2048), h200) == Route::split4);     // 32 x 4 = 128
-  CHECK(builtin_route(prefill(16, 4, 4096, 1024), h200) == Route::split2);     // 64 x 2 = 128
-  CHECK(builtin_route(prefill(16, 5, 8192, 1024), h200) == Route::rowcta);     // 80 x 2 > 132
-  CHECK(builtin_route(prefill(64, 1, 4096, 4096), h200) == Route::split2);     // 64 x 2 = 128
-  CHECK(builtin_route(prefill(128, 1, 4096, 4096), h200) == Route::rowcta);    // 128 x 2 > 132
-  CHECK(builtin_route(prefill(16, 1, 16384, 16384), small) == Route::split4);  // 16 x 8 > 64
-  CHECK(builtin_route(prefill(1, 1, 1024, 0), h200) == Route::split8);         // no hint: T_total
+  CHECK(builtin_route(prefill(16, 4, 4096, 1024), h200) == Route::rowcta);     // 64 x 4 > 132
+  CHECK(builtin_route(prefill(64, 1, 4096, 4096), h200) == Route::rowcta);     // 64 x 4 > 132
+  CHECK(builtin_route(prefill(32, 1, 4096, 4096), h200) == Route::split4);     // 32 x 4 = 128
+  CHECK(builtin_route(prefill(16, 1, 16384, 16384), small) == Route::split4);  // 16 x 4 = 64
+  CHECK(builtin_route(prefill(32, 1, 16384, 16384), small) == Route::rowcta);  // 32 x 4 > 64
+  CHECK(builtin_route(prefill(1, 1, 1024, 0), h200) == Route::split4);         // no hint: T_total
   // Short prompts: rowcta whatever the SMs.
   CHECK(builtin_route(prefill(16, 1, 1023, 1023), h200) == Route::rowcta);
   CHECK(builtin_route(prefill(1, 1, 100000, 1000), h200) == Route::rowcta);    // the hint wins over T_total

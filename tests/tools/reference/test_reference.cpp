@@ -1012,3 +1012,64 @@ TEST_CASE("reference: prefill rows of no live sequence are zeros; their slots ar
   }
   for (int s : {1, 3}) CHECK(slot_bytes(p, Tensor::state, p.bytes(Tensor::state), s) != slot_bytes(before, Tensor::state, before.bytes(Tensor::state), s));
 }
+
+TEST_CASE("reference: the prefill write plan, and compare against it (any conv K)", "[reference][prefill]") {
+  using namespace prefill_test;
+  ProblemSpec spec = rows_spec(1, 12, KDAJIT_DTYPE_F32, 80);
+  spec.conv_taps = 5;  // taps 3..4 belong to no prefill
+  spec.slot_pad = 8;
+  Problem p = make_problem(spec);
+  REQUIRE(p.view(Tensor::conv_state).shape[2] == 5);
+  // The sequences of the zero-rows case: live rows 1..3 (slot 1) and 8..9 (slot 3).
+  Meta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
+  auto plan = plan_prefill_writes(prefill_args(p, m));
+  REQUIRE(plan.ok());
+  CHECK(plan->row_live == std::vector<uint8_t>{0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0});
+  for (int64_t s = 0; s < p.num_slots(); ++s) {
+    INFO("slot " << s);
+    CHECK(plan->state_written[static_cast<size_t>(s)] == (s == 1 || s == 3 ? 1 : 0));
+    CHECK(plan->conv_taps_written[static_cast<size_t>(s)] == (s == 1 || s == 3 ? 3 : 0));
+  }
+  Problem expected = p;
+  run_prefill(expected, m);
+  Problem got = expected;
+  CHECK(compare(expected, got, *plan).pass);
+  // A changed tap 3 (no prefill writes it) and a changed padding byte of a written slot fail.
+  auto bad_tap = got;
+  store_bits16(bad_tap.view(Tensor::conv_state), {1, 0, 3}, 0x3f80);
+  auto rep = compare(expected, bad_tap, *plan);
+  CHECK_FALSE(rep.pass);
+  CHECK(rep.untouched_mismatches == 1);
+  auto bad_pad = got;
+  const int64_t slot_bytes = bad_pad.view(Tensor::state).strides[0] * 4;
+  bad_pad.bytes(Tensor::state)[static_cast<size_t>(2 * slot_bytes - 1)] ^= std::byte{1};  // slot 1's padding
+  CHECK_FALSE(compare(expected, bad_pad, *plan).pass);
+  ProblemSpec bad = spec;
+  bad.conv_taps = 19;
+  CHECK_FALSE(Problem::make(bad).ok());
+}
+
+// The GPU tests hold a prefill against the single op applied token by token
+// with the prefill's state limits (f32 2e-3, bf16 8e-3); the reference itself,
+// which rounds the single op's state after every token and carries the
+// prefill's unrounded, must sit well inside them over 300 tokens.
+TEST_CASE("reference: 300 tokens of single steps stay within the prefill's tolerances", "[reference][prefill]") {
+  using namespace prefill_test;
+  for (auto dtype : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
+    Problem chunked = make_problem(rows_spec(2, 300, dtype, 90 + dtype));
+    Problem stepwise = chunked;
+    Meta m{{3}, {0, 300}, {1}};
+    run_prefill(chunked, m);
+    for (int64_t r = 0; r < 300; ++r) single_step(stepwise, r, 3);
+    auto plan = plan_prefill_writes(prefill_args(chunked, m));
+    REQUIRE(plan.ok());
+    Tolerances tol;
+    tol.state_f32_rel_l2 = 2e-3;
+    tol.state_bf16_rel_l2 = 8e-3;
+    const CompareReport rep = compare(chunked, stepwise, *plan, tol);
+    INFO("dtype " << dtype << ": " << rep.summary());
+    CHECK(rep.pass);
+    CHECK(rep.state_rel_l2 < (dtype == KDAJIT_DTYPE_BF16 ? 4e-3 : 1e-6));
+    CHECK(rep.output_rel_l2 < 5e-3);
+  }
+}

@@ -31,6 +31,9 @@ struct ProblemSpec {
   kdajit_dtype_t state_dtype = KDAJIT_DTYPE_F32;
   kdajit_conv_layout_t conv = KDAJIT_CONV_SD;
   int tokens = 1;  // T: 1 for single
+  // K of conv_state; 0: T + 2, what the decode ops take. The prefill op takes
+  // any K in 3..18 (its tests build their tensors from a single-op problem).
+  int conv_taps = 0;
   kdajit_gate_t gate = KDAJIT_GATE_BOUNDED;
   int rows = 4;                   // single: R
   std::vector<int> seq_lens;      // packed: L per sequence (0 allowed; > T is bad metadata); R = sum + extra_rows
@@ -151,6 +154,9 @@ struct CompareReport {
 // Checks got (after the device call) against expected (after run_reference);
 // both must be copies of one Problem (same inputs, same before-snapshot).
 CompareReport compare(const Problem& expected, const Problem& got, const Tolerances& tol = {});
+// The same against a given write plan (a prefill call's: plan_prefill_writes),
+// for problems whose own metadata is not the call's.
+CompareReport compare(const Problem& expected, const Problem& got, const WritePlan& plan, const Tolerances& tol = {});
 
 // Output, state and conv_state bytes identical (determinism checks).
 bool bitwise_equal(const Problem& a, const Problem& b);

@@ -50,7 +50,8 @@ Status decode(kdajit_op_t op, const kdajit_decode_args_t& args, Capture* capture
 // rows, one slot per sequence. The tensors are the decode ops' except:
 // state_indices [N] (a sequence's conv and state slot), has_initial_state [N]
 // int32 (0: the sequence starts from zero state and zero conv history, its
-// slot's contents are not read; an empty view: every sequence has one), and
+// slot's contents are not read; an empty view, ndim 0 or shape [0]: every
+// sequence has one), and
 // conv_state [S, qkv, K] with any K in 3..18 (taps 0..2 are the history read
 // and rewritten, so a pool shared with the packed op keeps its K = T + 2).
 // Per sequence n, rows qsl[n] .. qsl[n+1] - 1 (L of them):
@@ -80,6 +81,9 @@ struct WritePlan {
   std::vector<int32_t> conv_taps_written;  // [S]: taps 0..n-1 of that conv slot are written (0: untouched)
 };
 Result<WritePlan> plan_writes(kdajit_op_t op, const kdajit_decode_args_t& args);
+// The same for a prefill call: its live sequences' rows, and their slots'
+// state and conv taps 0..2 (conv_taps_written 3).
+Result<WritePlan> plan_prefill_writes(const PrefillArgs& args);
 
 // Element access through a view (ndim indices, in elements). f32, bf16 and
 // int32 are read as f64; store rounds to the view's dtype (bf16: round_bf16).

@@ -1,0 +1,858 @@
+// kda_prefill: the chunked prefill of N packed sequences (docs/CONTRACT.md
+// §10; the design, with the algebra, is docs/DESIGN.md "Prefill").
+//
+// Launch: grid (H, KDA_SPLIT * wave), cluster (1, KDA_SPLIT, 1) for
+// KDA_SPLIT > 1, block 256 threads, KDA_SMEM_BYTES of dynamic shared memory,
+// one CTA per SM. The CTA (cluster rank r) at blockIdx.y / KDA_SPLIT handles
+// sequences n, n + wave, ... of head blockIdx.x and owns value rows
+// v0 = r * 128 / KDA_SPLIT .. v0 + kVRows - 1 of their state, output and v
+// conv channels. It walks a sequence's chunks of kC = 64 tokens in order; per
+// chunk:
+//   1. conv + SiLU of its q, k and v channels (rounding point 1), the q/k L2
+//      norm scales, the gates' cumulative log decay G (inclusive, per column),
+//      beta;
+//   2. Qg = q̂ ∘ Γ, Kd = k̂ ∘ Γ_C / Γ (transposed), Γ_C;
+//   3. A_ts = Σ_k q̂_tk k̂_sk e^{G_tk - G_sk} (s <= t) and
+//      M_ts = β_t Σ_k k̂_tk k̂_sk e^{G_tk - G_sk} (s < t): the diagonal 16 x 16
+//      blocks with one exponential per element, the others factored through the
+//      boundary B_i before the row's sub-chunk (both factors <= 1) on the
+//      tensor cores;
+//   4. W = (I + M)^-1 diag(β) (K̂ ∘ Γ) and U = (I + M)^-1 diag(β) V by forward
+//      substitution, one column per thread;
+//   5. the state pass, each warp on 16 value rows of the state S (rows v,
+//      columns k) held in tensor-core accumulators for the whole sequence:
+//      Δ^T = U^T - S W^T, O^T = S Qg^T + Δ^T A^T, S <- S diag(Γ_C) + Δ^T Kd
+//      (tf32 products, f32 accumulation);
+//   6. the gated RMSNorm of the chunk's outputs (sums over the 128 values
+//      cross the cluster through distributed shared memory) and the stores.
+// After the last chunk the state goes back to the slot (rounding point 2 for
+// bf16 state) and the last 3 inputs of every channel to conv taps 0..2.
+// Every exponential the kernel forms has a non-positive argument.
+
+#ifndef KDA_T
+#define KDA_T 64  // hole: the chunk size (the key's t field for the prefill op)
+#endif
+#ifndef KDA_SMEM_BYTES
+#define KDA_SMEM_BYTES 232448  // hole: dynamic shared memory of a launch
+#endif
+
+#include "kda_params.h"
+#include "kda_primitives.cuh"
+
+namespace kda {
+namespace prefill {
+
+enum : int {
+  kC = KDA_T,                    // tokens per chunk
+  kSub = 16,                     // sub-chunk: the diagonal blocks of A and M
+  kSubs = kC / kSub,
+  kVRows = kD / kSplit,          // value rows of this CTA
+  kSWarps = kVRows / 16,         // warps of the state pass (16 value rows each)
+  kChans = 2 * kD + kVRows,      // conv channels of this CTA: q, k, its v slice
+  kConvRounds = (kChans + kThreads - 1) / kThreads,
+  kLdW = kD + 8,                 // row stride (floats) of W and Qg: [t][k]
+  kLdT = kC + 8,                 // row stride (floats) of KdT [k][t], UT [v][t], A [t][s]
+  kLdOb = kVRows + 8,            // row stride (bf16) of OB [t][v]
+  kSolveCols = kD + kVRows,      // columns of the forward substitution: W's, then U's
+};
+static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
+static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
+static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
+
+// Dynamic shared memory, byte offsets. Region 1 holds the chunk's conv outputs
+// and G during steps 1-4, then W and U^T (written after every thread has read
+// the former) during step 5.
+enum : int {
+  kOffMq = 0,                                  // bf16 [kC][kD]: m of q
+  kOffMk = kOffMq + kC * kD * 2,               // bf16 [kC][kD]: m of k
+  kOffMv = kOffMk + kC * kD * 2,               // bf16 [kC][kVRows]: m of this CTA's v
+  kOffG = kOffMv + kC * kVRows * 2,            // f32 [kC][kD]: cumulative log decay
+  kEndInputs = kOffG + kC * kD * 4,
+  kOffW = 0,                                   // f32 [kC][kLdW]
+  kOffUT = kOffW + kC * kLdW * 4,              // f32 [kVRows][kLdT]
+  kEndSolved = kOffUT + kVRows * kLdT * 4,
+  kRegion1 = kEndInputs > kEndSolved ? kEndInputs : kEndSolved,
+  kOffQg = kRegion1,                           // f32 [kC][kLdW]: q̂ ∘ Γ (tf32-rounded)
+  kOffKdT = kOffQg + kC * kLdW * 4,            // f32 [kD][kLdT]: (k̂ ∘ Γ_C / Γ)^T (tf32-rounded)
+  kOffA = kOffKdT + kD * kLdT * 4,             // f32 [kC][kLdT]: A (tf32-rounded, zero above the diagonal)
+  kOffM = kOffA + kC * kLdT * 4,               // f32 [kC][kC]: M (strictly lower)
+  kOffOb = kOffM + kC * kC * 4,                // bf16 [kC][kLdOb]: round_bf16(o) of this CTA's values (steps 5, 6)
+  kOffT = kOffOb,                              // f32 [kC][kLdT]: (I + M)^-1 (step 4), over OB
+  kObT = kC * kLdOb * 2 > kC * kLdT * 4 ? kC * kLdOb * 2 : kC * kLdT * 4,
+  kOffRq = kOffOb + kObT,                      // f32 [kC]: q scale 1 / |q| / sqrt(128)
+  kOffRk = kOffRq + kC * 4,                    // f32 [kC]: k scale 1 / |k|
+  kOffBeta = kOffRk + kC * 4,                  // f32 [kC]: β (0 past the sequence)
+  kOffGammaC = kOffBeta + kC * 4,              // f32 [kD]: Γ_C = e^{G of the chunk's last row}
+  kOffNormW = kOffGammaC + kD * 4,             // f32 [kD]: norm_weight
+  kOffWarpSum = kOffNormW + kD * 4,            // f32 [kSWarps][kC]: each warp's Σ ob² per token
+  kOffClusterSum = kOffWarpSum + kSWarps * kC * 4,  // f32 [2][kSplit][kC]: each rank's Σ ob², by chunk parity
+  kSmemBytes = kOffClusterSum + 2 * kSplit * kC * 4,
+};
+static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
+static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
+
+struct Smem {
+  unsigned char* base;
+  __device__ unsigned short* mq() const { return reinterpret_cast<unsigned short*>(base + kOffMq); }
+  __device__ unsigned short* mk() const { return reinterpret_cast<unsigned short*>(base + kOffMk); }
+  __device__ unsigned short* mv() const { return reinterpret_cast<unsigned short*>(base + kOffMv); }
+  __device__ float* G() const { return reinterpret_cast<float*>(base + kOffG); }
+  __device__ float* W() const { return reinterpret_cast<float*>(base + kOffW); }
+  __device__ float* UT() const { return reinterpret_cast<float*>(base + kOffUT); }
+  __device__ float* Qg() const { return reinterpret_cast<float*>(base + kOffQg); }
+  __device__ float* KdT() const { return reinterpret_cast<float*>(base + kOffKdT); }
+  __device__ float* A() const { return reinterpret_cast<float*>(base + kOffA); }
+  __device__ float* M() const { return reinterpret_cast<float*>(base + kOffM); }
+  __device__ float* T() const { return reinterpret_cast<float*>(base + kOffT); }
+  __device__ unsigned short* ob() const { return reinterpret_cast<unsigned short*>(base + kOffOb); }
+  __device__ float* rq() const { return reinterpret_cast<float*>(base + kOffRq); }
+  __device__ float* rk() const { return reinterpret_cast<float*>(base + kOffRk); }
+  __device__ float* beta() const { return reinterpret_cast<float*>(base + kOffBeta); }
+  __device__ float* gammaC() const { return reinterpret_cast<float*>(base + kOffGammaC); }
+  __device__ float* normw() const { return reinterpret_cast<float*>(base + kOffNormW); }
+  __device__ float* warp_sum() const { return reinterpret_cast<float*>(base + kOffWarpSum); }
+  __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kOffClusterSum); }
+};
+
+// ---- tensor cores: mma.sync m16n8k8, tf32 operands, f32 accumulators ----
+// Fragments (lane = 4 g + q): A (16 x 8) a0 (g, q), a1 (g+8, q), a2 (g, q+4),
+// a3 (g+8, q+4); B (8 x 8) b0 (q, g), b1 (q+4, g); C (16 x 8) c0 (g, 2q),
+// c1 (g, 2q+1), c2 (g+8, 2q), c3 (g+8, 2q+1). Every product below contracts
+// over an index whose order does not matter, so logical k = q and q + 4 stand
+// for physical columns 2q and 2q + 1 of each group of 8: an accumulator tile
+// (c0..c3) is then an A fragment as it is (a0 = c0, a1 = c2, a2 = c1, a3 = c3),
+// and every B fragment is two adjacent floats of one shared-memory row.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return u;
+}
+__device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// B fragment: the two adjacent floats at row + 2q of a shared-memory matrix
+// whose rows are the fragment's n index.
+__device__ __forceinline__ void mma_b(const float* row, int q, unsigned& b0, unsigned& b1) {
+  const float2 v = *reinterpret_cast<const float2*>(row + 2 * q);
+  b0 = __float_as_uint(v.x);
+  b1 = __float_as_uint(v.y);
+}
+
+// Log decay gv (§2 step 4) of the gate logit g = raw_gate + dt_bias: <= 0.
+__device__ __forceinline__ float gate_log(float g, float A, float lower_bound) {
+#if KDA_GATE_SOFTPLUS
+  (void)lower_bound;
+  return -A * softplus(g);
+#else
+  return lower_bound * sigmoid(A * g);
+#endif
+}
+
+// Head channel (j * 128 + d) of local conv channel c of a CTA whose v slice starts at v0.
+__device__ __forceinline__ int head_channel(int c, int v0) { return c < 2 * kD ? c : c + v0; }
+
+// conv_state element of (channel c, tap t) in a slot: SD strides (1, 3*H*128), DS (K, 1).
+__device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int t) {
+#if KDA_CONV_DS
+  return static_cast<long long>(c) * p.conv_taps + t;
+#else
+  return c + static_cast<long long>(t) * kQkv;
+#endif
+}
+
+// Step 1: conv + SiLU of the CTA's channels over chunk rows row0 .. row0 +
+// L - 1 (rows past L give zeros). The work is (channel, segment of kSeg
+// tokens) tasks spread evenly over the threads; a task reads its three
+// history inputs itself (earlier rows of the sequence, or the slot's taps
+// before its first token, or zeros without an initial state), so no window
+// is carried between chunks, and it issues all its loads before the first use.
+enum : int { kSeg = 32, kConvTasks = kChans * (kC / kSeg) };
+__device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
+                                           long long c0, int L, bool initial, long long cbase) {
+  for (int task = threadIdx.x; task < kConvTasks; task += kThreads) {
+    const int c = task % kChans, ts = task / kChans * kSeg;
+    const int hc = head_channel(c, v0);
+    const int j = hc / kD, d = hc % kD;
+    const int col = j * kHidden + h * kD + d;  // channel of x and conv_state
+    const unsigned short* xcol = p.x + col;
+    float w[kW];
+#pragma unroll
+    for (int i = 0; i < kW; ++i) w[i] = p.conv_weight[(j * kW + i) * kHidden + h * kD + d];
+    unsigned short hist[3], xb[kSeg];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const long long tok = c0 + ts - 3 + i;  // token index in the sequence
+      if (tok >= 0) hist[i] = xcol[(q0 + tok) * p.x_row_stride];
+      else hist[i] = initial ? p.conv_state[cbase + conv_offset(p, col, static_cast<int>(tok + 3))] : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      const int t = ts + i < L ? ts + i : L - 1;
+      xb[i] = xcol[(q0 + c0 + t) * p.x_row_stride];
+    }
+    unsigned short* dst = j == 0 ? sm.mq() + d : j == 1 ? sm.mk() + d : sm.mv() + (d - v0);
+    const int ld = j == 2 ? kVRows : kD;
+    float h0 = bf16_to_f32(hist[0]), h1 = bf16_to_f32(hist[1]), h2 = bf16_to_f32(hist[2]);
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      const float xt = bf16_to_f32(xb[i]);
+      float a = w[0] * h0;
+      a = fmaf(w[1], h1, a);
+      a = fmaf(w[2], h2, a);
+      a = fmaf(w[3], xt, a);
+      dst[(ts + i) * ld] = ts + i < L ? f32_to_bf16(a * sigmoid(a)) : 0;
+      h0 = h1;
+      h1 = h2;
+      h2 = xt;
+    }
+  }
+}
+
+// After a sequence's last chunk: the last 3 inputs of each channel to taps
+// 0..2 (for a sequence shorter than 3, the older ones from its history). A
+// split cluster computes every q and k channel on every rank; rank r writes
+// the r-th share of them. Every read of the taps (the first chunk) is behind
+// the chunks' barriers (cluster barriers for a split).
+__device__ __forceinline__ void conv_state_out(const KdaParams& p, int h, int v0, int rank, long long q0, long long len,
+                                               bool initial, long long cbase) {
+  for (int c = threadIdx.x; c < kChans; c += kThreads) {
+    if (c < 2 * kD && c / (2 * kD / kSplit) != rank) continue;
+    const int hc = head_channel(c, v0);
+    const int col = hc / kD * kHidden + h * kD + hc % kD;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const long long tok = len - 3 + i;
+      // tap i takes token tok; before the first token, tap tok + 3 >= i of the history (read before it is written)
+      const unsigned short v = tok >= 0 ? p.x[(q0 + tok) * p.x_row_stride + col]
+                               : initial ? p.conv_state[cbase + conv_offset(p, col, static_cast<int>(tok + 3))]
+                                         : static_cast<unsigned short>(0);
+      p.conv_state[cbase + conv_offset(p, col, i)] = v;
+    }
+  }
+}
+
+// Step 1: the q/k norm scales, per token (one warp per token).
+__device__ __forceinline__ void norm_scales(const Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int t = warp; t < kC; t += kWarps) {
+    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + t * kD + 4 * lane);
+    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + t * kD + 4 * lane);
+    const float q0 = bf16lo_to_f32(qw.x), q1 = bf16hi_to_f32(qw.x), q2 = bf16lo_to_f32(qw.y), q3 = bf16hi_to_f32(qw.y);
+    const float k0 = bf16lo_to_f32(kw.x), k1 = bf16hi_to_f32(kw.x), k2 = bf16lo_to_f32(kw.y), k3 = bf16hi_to_f32(kw.y);
+    const float sq = warp_sum(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
+    const float sk = warp_sum(k0 * k0 + k1 * k1 + k2 * k2 + k3 * k3);
+    if (lane == 0) {
+      sm.rq()[t] = rsqrtf(sq + 1e-6f) * 0.08838834764831845f;  // 1 / sqrt(128)
+      sm.rk()[t] = rsqrtf(sk + 1e-6f);
+    }
+  }
+}
+
+// Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
+// have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
+// half of the chunk, then the second half adds the first half's total.
+__device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, int h, long long row0, int L,
+                                            float A, float dtb) {
+  const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
+  float* G = sm.G();
+  float acc = 0.f;
+  unsigned short gb[kC / 2];  // every load of the thread's half column first
+#pragma unroll
+  for (int i = 0; i < kC / 2; ++i) {
+    const int t = half * (kC / 2) + i;
+    gb[i] = p.raw_gate[(row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k];
+  }
+#pragma unroll
+  for (int i = 0; i < kC / 2; ++i) {
+    const int t = half * (kC / 2) + i;
+    if (t < L) acc += gate_log(bf16_to_f32(gb[i]) + dtb, A, p.lower_bound);
+    G[t * kD + k] = acc;
+  }
+  if (threadIdx.x < kC) {
+    const int t = threadIdx.x;
+    sm.beta()[t] = t < L ? sigmoid(bf16_to_f32(p.raw_beta[(row0 + t) * p.beta_row_stride + h])) : 0.f;
+  }
+  __syncthreads();
+  if (half == 1) {
+    const float base = G[(kC / 2 - 1) * kD + k];
+    for (int i = 0; i < kC / 2; ++i) G[(kC / 2 + i) * kD + k] += base;
+  }
+}
+
+// Step 2: Qg, KdT and Γ_C.
+__device__ __forceinline__ void scaled_operands(const Smem& sm) {
+  const float* G = sm.G();
+  for (int i = threadIdx.x; i < kC * kD; i += kThreads) {
+    const int t = i / kD, k = i % kD;
+    const float g = G[i], gl = G[(kC - 1) * kD + k];
+    sm.Qg()[t * kLdW + k] = tf32_round(bf16_to_f32(sm.mq()[i]) * sm.rq()[t] * __expf(g));
+    sm.KdT()[k * kLdT + t] = tf32_round(bf16_to_f32(sm.mk()[i]) * sm.rk()[t] * __expf(gl - g));
+  }
+  if (threadIdx.x < kD) sm.gammaC()[threadIdx.x] = __expf(G[(kC - 1) * kD + threadIdx.x]);
+}
+
+// Step 3, diagonal blocks: pairs (t, s) of one sub-chunk, s <= t, one
+// exponential per element; the warp splits k over its lanes (4 each).
+__device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* G = sm.G();
+  for (int r = 0; r < kC / kWarps; ++r) {
+    const int t = r * kWarps + warp;  // rows t and t + 8 alternate in the sub-chunk position: balanced
+    const int s0 = t / kSub * kSub;
+    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + t * kD + 4 * lane);
+    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + t * kD + 4 * lane);
+    const float4 gt = *reinterpret_cast<const float4*>(G + t * kD + 4 * lane);
+    const float qt[4] = {bf16lo_to_f32(qw.x), bf16hi_to_f32(qw.x), bf16lo_to_f32(qw.y), bf16hi_to_f32(qw.y)};
+    const float kt[4] = {bf16lo_to_f32(kw.x), bf16hi_to_f32(kw.x), bf16lo_to_f32(kw.y), bf16hi_to_f32(kw.y)};
+    const float gtv[4] = {gt.x, gt.y, gt.z, gt.w};
+    const float rqt = sm.rq()[t], rkt = sm.rk()[t], bt = sm.beta()[t];
+    for (int s = s0; s <= t; ++s) {
+      const U2 sw = *reinterpret_cast<const U2*>(sm.mk() + s * kD + 4 * lane);
+      const float4 gs = *reinterpret_cast<const float4*>(G + s * kD + 4 * lane);
+      const float ks[4] = {bf16lo_to_f32(sw.x), bf16hi_to_f32(sw.x), bf16lo_to_f32(sw.y), bf16hi_to_f32(sw.y)};
+      const float gsv[4] = {gs.x, gs.y, gs.z, gs.w};
+      float a = 0.f, m = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float e = ks[i] * __expf(gtv[i] - gsv[i]);
+        a = fmaf(qt[i], e, a);
+        m = fmaf(kt[i], e, m);
+      }
+      a = warp_sum(a);
+      m = warp_sum(m);
+      if (lane == 0) {
+        const float rks = sm.rk()[s];
+        sm.A()[t * kLdT + s] = tf32_round(a * rqt * rks);
+        if (s < t) sm.M()[t * kC + s] = bt * m * rkt * rks;
+      }
+    }
+    // Zeros above the diagonal inside the block (the A Δ product reads whole 8 x 8 tiles).
+    if (lane > t - s0 && lane < kSub) sm.A()[t * kLdT + s0 + lane] = 0.f;
+  }
+}
+
+// Step 3, off-diagonal blocks (i, j), j < i: warp w < 6 takes one. Rows t of
+// sub-chunk i, columns s of sub-chunk j, B = G of row 16 i - 1 (the last row
+// before sub-chunk i): A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - B_k}] [k_sk e^{B_k - G_sk}],
+// M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - B_k}] [k_sk e^{B_k - G_sk}].
+__device__ __forceinline__ void offdiagonal_blocks(const Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp >= kSubs * (kSubs - 1) / 2) return;
+  const int i = warp < 1 ? 1 : warp < 3 ? 2 : 3;  // pairs (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+  const int j = warp - (i * (i - 1) / 2);
+  const int g = lane >> 2, q = lane & 3;
+  const float* G = sm.G();
+  const float* B = G + (kSub * i - 1) * kD;
+  const int t0 = kSub * i + g, t1 = t0 + 8;
+  float ca[2][4] = {}, cm[2][4] = {};
+  for (int kk = 0; kk < kD / 8; ++kk) {
+    const int k = 8 * kk + 2 * q;
+    const float b0 = B[k], b1 = B[k + 1];
+    // A fragments (rows t0, t1; columns k, k + 1).
+    float el[2][2];
+    el[0][0] = __expf(G[t0 * kD + k] - b0);
+    el[0][1] = __expf(G[t0 * kD + k + 1] - b1);
+    el[1][0] = __expf(G[t1 * kD + k] - b0);
+    el[1][1] = __expf(G[t1 * kD + k + 1] - b1);
+    const unsigned short* mq = sm.mq();
+    const unsigned short* mk = sm.mk();
+    const unsigned qa0 = to_tf32(bf16_to_f32(mq[t0 * kD + k]) * el[0][0]);
+    const unsigned qa2 = to_tf32(bf16_to_f32(mq[t0 * kD + k + 1]) * el[0][1]);
+    const unsigned qa1 = to_tf32(bf16_to_f32(mq[t1 * kD + k]) * el[1][0]);
+    const unsigned qa3 = to_tf32(bf16_to_f32(mq[t1 * kD + k + 1]) * el[1][1]);
+    const unsigned ka0 = to_tf32(bf16_to_f32(mk[t0 * kD + k]) * el[0][0]);
+    const unsigned ka2 = to_tf32(bf16_to_f32(mk[t0 * kD + k + 1]) * el[0][1]);
+    const unsigned ka1 = to_tf32(bf16_to_f32(mk[t1 * kD + k]) * el[1][0]);
+    const unsigned ka3 = to_tf32(bf16_to_f32(mk[t1 * kD + k + 1]) * el[1][1]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int s = kSub * j + 8 * nt + g;
+      const unsigned kb0 = to_tf32(bf16_to_f32(mk[s * kD + k]) * __expf(b0 - G[s * kD + k]));
+      const unsigned kb1 = to_tf32(bf16_to_f32(mk[s * kD + k + 1]) * __expf(b1 - G[s * kD + k + 1]));
+      mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
+      mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
+    }
+  }
+  const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
+  const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int s = kSub * j + 8 * nt + 2 * q + e;
+      const float rks = sm.rk()[s];
+      sm.A()[t0 * kLdT + s] = tf32_round(ca[nt][e] * rq0 * rks);
+      sm.A()[t1 * kLdT + s] = tf32_round(ca[nt][2 + e] * rq1 * rks);
+      sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
+      sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
+    }
+}
+
+// Step 3 in one pass on the tensor cores, for a chunk whose gates decay
+// little inside each sub-chunk: with R_i = G of row 16 i + 7 (the middle of
+// sub-chunk i), every pair (t, s <= t) with t in sub-chunk i factors as
+// e^{G_t - R_i} e^{R_i - G_s}. Across sub-chunks both factors are <= 1; inside
+// one, |G - R_i| is at most the decay over 8 tokens, which
+// factored_blocks_safe() bounds by kMaxHalfSpan, so no factor overflows or
+// loses a term to the flush of a denormal. Warp w takes the blocks (i, j <= i)
+// w and w + 8 of the 10.
+enum : int { kMaxHalfSpan = 60 };
+__device__ __forceinline__ bool factored_blocks_safe(const Smem& sm) {
+  const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
+  const float* G = sm.G();
+  bool ok = true;
+#pragma unroll
+  for (int b = 2 * half; b < 2 * half + 2; ++b) {
+    const float first = G[(kSub * b) * kD + k], mid = G[(kSub * b + 7) * kD + k],
+                last = G[(kSub * b + kSub - 1) * kD + k];
+    ok = ok && first - mid <= kMaxHalfSpan && mid - last <= kMaxHalfSpan;
+  }
+  return ok;
+}
+
+__device__ __forceinline__ void factored_blocks(const Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const float* G = sm.G();
+  const unsigned short* mq = sm.mq();
+  const unsigned short* mk = sm.mk();
+  for (int task = warp; task < kSubs * (kSubs + 1) / 2; task += kWarps) {
+    const int i = task < 1 ? 0 : task < 3 ? 1 : task < 6 ? 2 : 3;  // (0,0) (1,0) (1,1) (2,0) .. (3,3)
+    const int j = task - i * (i + 1) / 2;
+    const float* R = G + (kSub * i + 7) * kD;
+    const int t0 = kSub * i + g, t1 = t0 + 8;
+    float ca[2][4] = {}, cm[2][4] = {};
+    // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte load of G.
+    auto pair_bf16 = [](const unsigned short* row, int k) { return *reinterpret_cast<const unsigned*>(row + k); };
+    auto pair_f32 = [](const float* row, int k) { return *reinterpret_cast<const float2*>(row + k); };
+#pragma unroll 4
+    for (int kk = 0; kk < kD / 8; ++kk) {
+      const int k = 8 * kk + 2 * q;
+      const float2 r = pair_f32(R, k);
+      const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
+      const float e00 = __expf(g0.x - r.x), e01 = __expf(g0.y - r.y);
+      const float e10 = __expf(g1.x - r.x), e11 = __expf(g1.y - r.y);
+      const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
+      const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
+      const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
+      const unsigned qa1 = to_tf32(bf16lo_to_f32(q1w) * e10), qa3 = to_tf32(bf16hi_to_f32(q1w) * e11);
+      const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
+      const unsigned ka1 = to_tf32(bf16lo_to_f32(k1w) * e10), ka3 = to_tf32(bf16hi_to_f32(k1w) * e11);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int s = kSub * j + 8 * nt + g;
+        const unsigned sw = pair_bf16(mk + s * kD, k);
+        const float2 gs = pair_f32(G + s * kD, k);
+        const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * __expf(r.x - gs.x));
+        const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * __expf(r.y - gs.y));
+        mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
+        mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
+      }
+    }
+    const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
+    const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int s = kSub * j + 8 * nt + 2 * q + e;
+        const float rks = sm.rk()[s];
+        // Above the diagonal A is zero (the A Δ product reads whole 8 x 8 tiles);
+        // M there is never read.
+        sm.A()[t0 * kLdT + s] = s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f;
+        sm.A()[t1 * kLdT + s] = s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f;
+        sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
+        sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
+      }
+  }
+}
+
+// Step 4a: T = (I + M)^-1, lower triangular, in 16 x 16 blocks: the diagonal
+// blocks by forward substitution (one column per thread), then the blocks
+// below them diagonal by diagonal, T_ij = -T_ii Σ_{j<=m<i} M_im T_mj, with
+// the partial sum kept in T's unused block (j, i) above the diagonal.
+__device__ __forceinline__ void invert(const Smem& sm) {
+  float* T = sm.T();
+  const float* M = sm.M();
+  if (threadIdx.x < kC) {
+    const int base = threadIdx.x / kSub * kSub, c = threadIdx.x % kSub;
+    float x[kSub];
+#pragma unroll
+    for (int t = 0; t < kSub; ++t) {
+      float acc = t == c ? 1.f : 0.f;
+#pragma unroll
+      for (int s = 0; s < t; ++s) acc = fmaf(-M[(base + t) * kC + base + s], x[s], acc);
+      x[t] = acc;
+    }
+#pragma unroll
+    for (int t = 0; t < kSub; ++t) T[(base + t) * kLdT + base + c] = x[t];
+  }
+  __syncthreads();
+  for (int d = 1; d < kSubs; ++d) {
+    const int elems = (kSubs - d) * kSub * kSub;
+    for (int e = threadIdx.x; e < elems; e += kThreads) {
+      const int i = d + e / (kSub * kSub), r = e / kSub % kSub, c = e % kSub, j = i - d;
+      float acc = 0.f;
+      for (int m = kSub * j; m < kSub * i; ++m) acc = fmaf(M[(kSub * i + r) * kC + m], T[m * kLdT + kSub * j + c], acc);
+      T[(kSub * j + r) * kLdT + kSub * i + c] = acc;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < elems; e += kThreads) {
+      const int i = d + e / (kSub * kSub), r = e / kSub % kSub, c = e % kSub, j = i - d;
+      float acc = 0.f;
+#pragma unroll
+      for (int m = 0; m < kSub; ++m)
+        acc = fmaf(T[(kSub * i + r) * kLdT + kSub * i + m], T[(kSub * j + m) * kLdT + kSub * i + c], acc);
+      T[(kSub * i + r) * kLdT + kSub * j + c] = -acc;
+    }
+    __syncthreads();
+  }
+}
+
+// Step 4b: [W | U] = T [diag(β) (K̂ ∘ Γ) | diag(β) V] on the tensor cores.
+// Column tile nt (8 columns) belongs to warp nt % 8; the right-hand side is
+// formed from region 1 as the B fragments are built, and W and U^T overwrite
+// region 1 after a barrier.
+__device__ __forceinline__ void apply_inverse(const Smem& sm) {
+  enum : int { kNTiles = kSolveCols / 8, kPerWarp = (kNTiles + kWarps - 1) / kWarps, kMTiles = kC / 16 };
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const float* T = sm.T();
+  const float* G = sm.G();
+  float acc[kPerWarp][kMTiles][4];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j)
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    const int s0 = 8 * ks + 2 * q;
+    const float bs0 = sm.beta()[s0], bs1 = sm.beta()[s0 + 1];
+    const float ks0 = bs0 * sm.rk()[s0], ks1 = bs1 * sm.rk()[s0 + 1];
+    unsigned b[kPerWarp][2];
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int c = 8 * (warp + kWarps * j) + g;
+      float v0 = 0.f, v1 = 0.f;
+      if (c < kD) {
+        v0 = ks0 * bf16_to_f32(sm.mk()[s0 * kD + c]) * __expf(G[s0 * kD + c]);
+        v1 = ks1 * bf16_to_f32(sm.mk()[(s0 + 1) * kD + c]) * __expf(G[(s0 + 1) * kD + c]);
+      } else if (c < kSolveCols) {
+        v0 = bs0 * bf16_to_f32(sm.mv()[s0 * kVRows + c - kD]);
+        v1 = bs1 * bf16_to_f32(sm.mv()[(s0 + 1) * kVRows + c - kD]);
+      }
+      b[j][0] = to_tf32(v0);
+      b[j][1] = to_tf32(v1);
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if (ks > 2 * mt + 1) continue;  // above the diagonal: T is zero there
+      const float2 lo = *reinterpret_cast<const float2*>(T + (16 * mt + g) * kLdT + s0);
+      const float2 hi = *reinterpret_cast<const float2*>(T + (16 * mt + g + 8) * kLdT + s0);
+      const unsigned a0 = to_tf32(lo.x), a2 = to_tf32(lo.y), a1 = to_tf32(hi.x), a3 = to_tf32(hi.y);
+#pragma unroll
+      for (int j = 0; j < kPerWarp; ++j) mma_tf32(acc[j][mt], a0, a1, a2, a3, b[j][0], b[j][1]);
+    }
+  }
+  __syncthreads();  // every read of mq, mk, mv and G is done: W and U^T overwrite them
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int c0 = 8 * (warp + kWarps * j) + 2 * q;
+    if (c0 >= kSolveCols) continue;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = 16 * mt + g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
+        if (c < kD) sm.W()[t * kLdW + c] = tf32_round(acc[j][mt][e]);
+        else sm.UT()[(c - kD) * kLdT + t] = acc[j][mt][e];
+      }
+  }
+}
+
+// The state slice of one warp: 16 value rows x 128 columns as 16 accumulator
+// tiles of 8 columns (rows g and g + 8, columns 8 nt + 2q and + 1).
+struct StateTile {
+  float s[kD / 8][4];
+};
+
+__device__ __forceinline__ long long state_elem(const KdaParams& p, int slot, int h, int v, int k) {
+  return static_cast<long long>(slot) * p.state_slot_stride + (static_cast<long long>(h) * kD + v) * kD + k;
+}
+
+__device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const long long e = state_elem(p, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+#if KDA_STATE_BF16
+      const unsigned w = *reinterpret_cast<const unsigned*>(static_cast<const unsigned short*>(p.state) + e);
+      st.s[nt][2 * hr] = bf16lo_to_f32(w);
+      st.s[nt][2 * hr + 1] = bf16hi_to_f32(w);
+#else
+      const float2 v = *reinterpret_cast<const float2*>(static_cast<const float*>(p.state) + e);
+      st.s[nt][2 * hr] = v.x;
+      st.s[nt][2 * hr + 1] = v.y;
+#endif
+    }
+}
+
+__device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h, int vrow, const StateTile& st) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const long long e = state_elem(p, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+#if KDA_STATE_BF16
+      *reinterpret_cast<unsigned*>(static_cast<unsigned short*>(p.state) + e) =
+          pack_bf16x2(st.s[nt][2 * hr], st.s[nt][2 * hr + 1]);
+#else
+      *reinterpret_cast<float2*>(static_cast<float*>(p.state) + e) = make_float2(st.s[nt][2 * hr], st.s[nt][2 * hr + 1]);
+#endif
+    }
+}
+
+// Step 5 for warp w < kSWarps (local value rows 16 w ..): updates the state
+// tile, writes round_bf16(o) of its rows to OB and its Σ ob² per token.
+__device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int vl = 16 * warp;  // first local value row of this warp
+  // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k.
+  float d[kC / 8][4], o[kC / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) {
+    const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
+    const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
+    d[nt][0] = -u0.x;
+    d[nt][1] = -u0.y;
+    d[nt][2] = -u1.x;
+    d[nt][3] = -u1.y;
+    o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 8; ++kk) {
+    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
+                   a3 = to_tf32(st.s[kk][3]);
+#pragma unroll
+    for (int nt = 0; nt < kC / 8; ++nt) {
+      unsigned b0, b1;
+      mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+      mma_tf32(d[nt], a0, a1, a2, a3, b0, b1);
+      mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+      mma_tf32(o[nt], a0, a1, a2, a3, b0, b1);
+    }
+  }
+  // Δ^T as A fragments over s (negated d).
+  unsigned da[kC / 8][4];
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    da[ks][0] = to_tf32(-d[ks][0]);
+    da[ks][1] = to_tf32(-d[ks][2]);
+    da[ks][2] = to_tf32(-d[ks][1]);
+    da[ks][3] = to_tf32(-d[ks][3]);
+  }
+  // o += Δ^T A^T (A is lower triangular: tiles ks <= nt).
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt)
+#pragma unroll
+    for (int ks = 0; ks <= nt; ++ks) {
+      unsigned b0, b1;
+      mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+      mma_tf32(o[nt], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+    }
+  // S <- S diag(Γ_C) + Δ^T Kd.
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt) {
+    const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
+    st.s[nt][0] *= gc.x;
+    st.s[nt][1] *= gc.y;
+    st.s[nt][2] *= gc.x;
+    st.s[nt][3] *= gc.y;
+#pragma unroll
+    for (int ks = 0; ks < kC / 8; ++ks) {
+      unsigned b0, b1;
+      mma_b(sm.KdT() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+      mma_tf32(st.s[nt], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+    }
+  }
+  // round_bf16(o) (rounding point 3) to OB, and Σ ob² over this warp's 16 rows per token.
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) {
+    float part[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 8 * nt + 2 * q + e;
+      const unsigned short b_lo = f32_to_bf16(o[nt][e]), b_hi = f32_to_bf16(o[nt][2 + e]);
+      sm.ob()[t * kLdOb + vl + g] = b_lo;
+      sm.ob()[t * kLdOb + vl + g + 8] = b_hi;
+      const float f_lo = bf16_to_f32(b_lo), f_hi = bf16_to_f32(b_hi);
+      part[e] = f_lo * f_lo + f_hi * f_hi;
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = part[e];
+      v += __shfl_xor_sync(kFull, v, 4);
+      v += __shfl_xor_sync(kFull, v, 8);
+      v += __shfl_xor_sync(kFull, v, 16);
+      if (g == 0) sm.warp_sum()[warp * kC + 8 * nt + 2 * q + e] = v;
+    }
+  }
+}
+
+// Step 6: the Σ ob² of each token over the 128 values (this CTA's warps, then
+// the cluster's ranks), then y = ob / sqrt(mean + eps) * w * σ(gate) to the
+// output rows of the chunk. `parity` alternates per chunk (the cluster buffer).
+__device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, int h, int v0, int rank,
+                                            long long row0, int L, int parity) {
+  float* csum = sm.cluster_sum() + parity * kSplit * kC;
+  if (threadIdx.x < kC) {
+    const int t = threadIdx.x;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSWarps; ++w) s += sm.warp_sum()[w * kC + t];
+    if constexpr (kSplit == 1) {
+      csum[t] = s;
+    } else {
+#pragma unroll
+      for (int r = 0; r < kSplit; ++r) store_cluster_f32(csum + rank * kC + t, r, s);
+    }
+  }
+  if constexpr (kSplit > 1) {
+    cluster_arrive();
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
+  // The output-gate loads in batches of up to 16, each issued before its first use.
+  constexpr int kPer = kC * kVRows / kThreads, kBatch = kPer < 16 ? kPer : 16;
+  for (int jb = 0; jb < kPer; jb += kBatch) {
+    unsigned short ogb[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
+      ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
+      if (t >= L) continue;
+      float tot = 0.f;
+#pragma unroll
+      for (int r = 0; r < kSplit; ++r) tot += csum[r * kC + t];
+      const float rs = rsqrtf(tot * (1.0f / kD) + p.norm_eps);
+      const float y = bf16_to_f32(sm.ob()[t * kLdOb + vv]) * rs * sm.normw()[v0 + vv] * sigmoid(bf16_to_f32(ogb[j]));
+      p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = f32_to_bf16(y);
+    }
+  }
+}
+
+// Output values [v0, v0 + kVRows) of head h for rows [r0, r1), clamped to the call's rows.
+__device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long r0, long long r1, int v0) {
+  r0 = r0 < 0 ? 0 : r0;
+  r1 = r1 > p.rows ? p.rows : r1;
+  zero_rows(p, h, r0, r1, v0, kVRows);
+}
+
+// One sequence on this CTA.
+__device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int n, int h, int rank) {
+  const int v0 = rank * kVRows;
+  const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
+  const int slot = p.state_indices[n];
+  if (n == 0) zero_output(p, h, 0, q0, v0);
+  if (n == p.num_seqs - 1) zero_output(p, h, q1, p.rows, v0);
+  if (slot >= p.num_slots && h == 0 && rank == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
+    atomicAdd(p.oob_counter, 1);
+  // A sequence computes its rows when it is live: a well-formed, non-empty
+  // range and a valid slot. Otherwise its range, clamped to the call's rows,
+  // is zeros; with the rows before qsl[0] and after qsl[N] that covers every
+  // row no live sequence computes (an ascending path from qsl[0] to qsl[N]
+  // steps over every row between them).
+  const bool live = 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
+  if (!live) {
+    zero_output(p, h, q0, q1, v0);
+    return;
+  }
+  const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  const long long len = q1 - q0;
+
+  // Per-thread constants: the gate's A and dt_bias of its column; norm_weight
+  // into shared memory.
+  const int warp = threadIdx.x >> 5;
+  const long long cbase = static_cast<long long>(slot) * p.conv_slot_stride;
+  const float A = __expf(p.A_log[h]);
+  const float dtb = p.dt_bias[h * kD + (threadIdx.x & (kD - 1))];
+  if (threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
+
+  StateTile st;
+  const bool state_warp = warp < kSWarps;
+  const int vrow = v0 + 16 * warp;
+  if (state_warp) {
+    if (initial) {
+      state_load(p, slot, h, vrow, st);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) st.s[nt][0] = st.s[nt][1] = st.s[nt][2] = st.s[nt][3] = 0.f;
+    }
+  }
+
+  int parity = 0;
+  for (long long c0 = 0; c0 < len; c0 += kC) {
+    const long long row0 = q0 + c0;
+    const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
+    gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after the conv's stores
+    __syncthreads();
+    const bool safe = factored_blocks_safe(sm);
+    norm_scales(sm);
+    const bool factored = __syncthreads_and(safe);
+    scaled_operands(sm);
+    if (factored) {
+      factored_blocks(sm);
+    } else {
+      diagonal_blocks(sm);
+      offdiagonal_blocks(sm);
+    }
+    __syncthreads();
+    invert(sm);
+    apply_inverse(sm);
+    __syncthreads();
+    if (state_warp) state_pass(sm, st);
+    __syncthreads();
+    norm_output(p, sm, h, v0, rank, row0, L, parity);
+    __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
+    parity ^= 1;
+  }
+
+  if (state_warp) state_store(p, slot, h, vrow, st);
+  conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
+}
+
+}  // namespace prefill
+}  // namespace kda
+
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) kda_prefill(const __grid_constant__ KdaParams p) {
+  extern __shared__ __align__(16) unsigned char kda_smem[];
+  const kda::prefill::Smem sm{kda_smem};
+  const int h = blockIdx.x;
+  const int rank = KDA_SPLIT > 1 ? kda::cluster_rank() : 0;
+  const int wave = gridDim.y / KDA_SPLIT;
+  kda::pdl_wait();
+  if (KDA_SPLIT > 1) {
+    // Every rank of the cluster runs before any rank stores into its shared memory.
+    kda::cluster_arrive_relaxed();
+    kda::cluster_wait();
+  }
+  for (int n = blockIdx.y / KDA_SPLIT; n < p.num_seqs; n += wave) {
+    kda::prefill::sequence(p, sm, n, h, rank);
+    __syncthreads();
+  }
+}

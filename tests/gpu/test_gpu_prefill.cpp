@@ -1,0 +1,672 @@
+// GPU tests of the prefill op (docs/DESIGN.md "Prefill") against the f64
+// reference ref::prefill: every route on fresh random data (docs/CONTRACT.md
+// §8: poisoned outputs, NaN padding in padded rows and slots), ragged batches
+// with empty, null-slot, out-of-range and malformed sequences, the preset head
+// counts, a long prompt, and the two properties users rely on: a prefill equals
+// the single decode op token by token, and a prefill split into two calls
+// equals one call. The reference runs once per problem and serves every route.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dynamic_tests.hpp"
+#include "gpu_harness.hpp"
+#include "kdajit/kernel_key.hpp"
+
+using namespace kdajit;
+using kdajit::ref::Problem;
+using kdajit::ref::ProblemSpec;
+using kdajit::ref::Tensor;
+
+namespace {
+
+constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk
+// The prefill op's routes, by name (options.route takes the name).
+constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8"};
+
+// §8's output limits; the state limits of the chunked recurrence, whose
+// evaluation order differs from the reference's token after token.
+ref::Tolerances prefill_tolerances() {
+  ref::Tolerances t;
+  t.state_f32_rel_l2 = 2e-3;
+  t.state_bf16_rel_l2 = 8e-3;
+  return t;
+}
+
+std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& opts) {
+  std::unique_ptr<Runtime> r;
+  Outcome o = Runtime::create(opts, &r);
+  if (!o) {
+    fmt::print(stderr, "kdajit runtime: {}\n", o.message);
+    std::abort();
+  }
+  return r;
+}
+
+// The selector's runtime (built-in bands: no tune table is consulted).
+Runtime& runtime() {
+  static std::unique_ptr<Runtime> rt = [] {
+    RuntimeOptions opts;
+    opts.use_tuning = false;
+    return make_runtime(opts);
+  }();
+  return *rt;
+}
+
+// A runtime whose every call runs `route` (options.route).
+Runtime& runtime_for(std::string_view route) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Runtime>, std::less<>> rts;
+  std::lock_guard lock(mu);
+  auto& rt = rts[std::string(route)];
+  if (!rt) {
+    RuntimeOptions opts;
+    opts.route = std::string(route);
+    rt = make_runtime(opts);
+  }
+  return *rt;
+}
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t st = nullptr;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    return st;
+  }();
+  return s;
+}
+
+Arch device_arch() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return Arch::sm_90;
+  auto a = arch_for_compute_capability(prop.major, prop.minor);
+  return a ? *a : Arch::sm_90;
+}
+
+std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
+std::string_view conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
+std::string_view gate_name(kdajit_gate_t g) { return g == KDAJIT_GATE_BOUNDED ? "bounded" : "softplus"; }
+
+// ---- Problems ------------------------------------------------------------------
+
+enum class Slot { live, null, oob };
+
+struct SeqSpec {
+  int len = 0;
+  Slot slot = Slot::live;
+  int initial = 1;  // has_initial_state[n]
+};
+
+struct PrefillSpec {
+  int heads = 16;
+  kdajit_dtype_t state_dtype = KDAJIT_DTYPE_F32;
+  kdajit_conv_layout_t conv = KDAJIT_CONV_SD;
+  kdajit_gate_t gate = KDAJIT_GATE_BOUNDED;
+  int conv_taps = 3;  // K of conv_state
+  std::vector<SeqSpec> seqs;
+  bool initial_empty = false;  // has_initial_state empty: every sequence starts from its slot
+  int rows_after = 0;          // rows past qsl[N]
+  // query_start_loc as given, with total_rows rows (malformed ranges); empty:
+  // the lengths in order from row 0, then rows_after.
+  std::vector<int32_t> qsl;
+  int total_rows = 0;
+  float norm_eps = 1e-5f;
+  uint64_t seed = 1;
+
+  std::string key_name(std::string_view route) const {
+    return fmt::format("kda_prefill.h{}.state_{}.conv_{}.t{}.gate_{}.route_{}.{}", heads, dtype_name(state_dtype),
+                       conv_name(conv), kChunk, gate_name(gate), route, to_string(device_arch()));
+  }
+};
+
+// One prefill call on the host. A single-op problem of T_total rows supplies
+// the tensors (§8 data, NaN padding, poisoned output; its own state_indices
+// are all null and play no part); the call's metadata lives beside it.
+struct PrefillProblem {
+  Problem tensors;
+  std::vector<int32_t> slots, qsl, initial;  // initial empty: has_initial_state is passed empty
+  int32_t oob_sequences = 0;                 // sequences whose slot is >= S (what oob_counter counts)
+
+  ref::PrefillArgs host_args() {
+    const kdajit_decode_args_t a = tensors.args();
+    ref::PrefillArgs f;
+    f.x = a.x;
+    f.conv_weight = a.conv_weight;
+    f.conv_state = a.conv_state;
+    f.raw_gate = a.raw_gate;
+    f.raw_beta = a.raw_beta;
+    f.A_log = a.A_log;
+    f.dt_bias = a.dt_bias;
+    f.state = a.state;
+    f.output_gate = a.output_gate;
+    f.norm_weight = a.norm_weight;
+    f.output = a.output;
+    f.gate = a.gate;
+    f.lower_bound = a.lower_bound;
+    f.norm_eps = a.norm_eps;
+    f.state_indices = dense_tensor_view(slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(slots.size())});
+    f.query_start_loc = dense_tensor_view(qsl.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(qsl.size())});
+    f.has_initial_state = initial.empty() ? dense_tensor_view(nullptr, KDAJIT_DTYPE_INT32, {0})
+                                          : dense_tensor_view(initial.data(), KDAJIT_DTYPE_INT32,
+                                                              {static_cast<int64_t>(initial.size())});
+    return f;
+  }
+
+  void run_reference() {
+    Status s = ref::prefill(host_args());
+    INFO((s ? std::string() : s.error().message));
+    REQUIRE(s.ok());
+  }
+
+  ref::WritePlan plan() {
+    auto p = ref::plan_prefill_writes(host_args());
+    if (!p) FAIL("plan_prefill_writes: " << p.error().message);
+    return std::move(p).value();
+  }
+
+  // Row r of the output, as bytes (row padding excluded).
+  std::vector<std::byte> output_row(int64_t r) const {
+    const kdajit_tensor_t& v = tensors.view(Tensor::output);
+    const auto& b = tensors.bytes(Tensor::output);
+    const auto begin = b.begin() + r * v.strides[0] * 2;
+    return {begin, begin + v.shape[1] * v.shape[2] * 2};
+  }
+  void set_output_row(int64_t r, const std::vector<std::byte>& row) {
+    const kdajit_tensor_t& v = tensors.view(Tensor::output);
+    std::copy(row.begin(), row.end(), tensors.bytes(Tensor::output).begin() + r * v.strides[0] * 2);
+  }
+};
+
+PrefillProblem make_prefill(const PrefillSpec& s) {
+  const auto N = static_cast<int64_t>(s.seqs.size());
+  int64_t rows = s.total_rows;
+  if (s.qsl.empty()) {
+    rows = s.rows_after;
+    for (const auto& q : s.seqs) rows += q.len;
+  }
+  int64_t live = 0;
+  for (const auto& q : s.seqs) live += q.slot == Slot::live;
+  const int64_t S = live + 4;  // the null slot, one per live sequence, three spares nobody writes
+
+  ProblemSpec ps;
+  ps.op = KDAJIT_OP_SINGLE;
+  ps.heads = s.heads;
+  ps.state_dtype = s.state_dtype;
+  ps.conv = s.conv;
+  ps.gate = s.gate;
+  ps.conv_taps = s.conv_taps;
+  ps.rows = static_cast<int>(rows);
+  ps.null_rows = static_cast<int>(rows);  // the single op's slots: none live, so S stays small
+  ps.num_slots = static_cast<int>(S);
+  ps.norm_eps = s.norm_eps;
+  ps.row_pad = 8;
+  ps.slot_pad = 8;
+  ps.seed = s.seed;
+  auto made = Problem::make(ps);
+  if (!made) FAIL("Problem::make: " << made.error().message);
+
+  PrefillProblem p{std::move(made).value(), {}, {}, {}, 0};
+  // Live slots from a shuffled pool of 1..S-1; null ones 0, -1, INT32_MIN;
+  // out-of-range ones S, S+1, INT32_MAX.
+  std::vector<int32_t> pool(static_cast<size_t>(S - 1));
+  std::iota(pool.begin(), pool.end(), 1);
+  std::mt19937_64 rng(s.seed * 7919 + 13);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  size_t next = 0;
+  int nulls = 0, oobs = 0;
+  for (const auto& q : s.seqs) {
+    static constexpr int32_t kNull[] = {0, -1, INT32_MIN};
+    const int32_t oob = oobs % 3 == 2 ? INT32_MAX : static_cast<int32_t>(S + oobs % 3);
+    switch (q.slot) {
+      case Slot::live: p.slots.push_back(pool[next++]); break;
+      case Slot::null: p.slots.push_back(kNull[nulls++ % 3]); break;
+      case Slot::oob: p.slots.push_back(oob); ++oobs; break;
+    }
+  }
+  if (s.qsl.empty()) {
+    p.qsl.push_back(0);
+    for (const auto& q : s.seqs) p.qsl.push_back(p.qsl.back() + q.len);
+  } else {
+    p.qsl = s.qsl;
+    REQUIRE(static_cast<int64_t>(p.qsl.size()) == N + 1);
+  }
+  for (int32_t slot : p.slots) p.oob_sequences += slot >= S;
+  if (!s.initial_empty)
+    for (const auto& q : s.seqs) p.initial.push_back(q.initial);
+  return p;
+}
+
+// ---- Device side ---------------------------------------------------------------
+
+// An int32 vector in device memory (nothing allocated when empty).
+class DeviceInts {
+ public:
+  explicit DeviceInts(const std::vector<int32_t>& v) : n_(v.size()) {
+    if (n_) KDAJIT_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(int32_t)));
+    upload(v);
+  }
+  ~DeviceInts() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  void upload(const std::vector<int32_t>& v) {
+    REQUIRE(v.size() == n_);
+    if (n_) KDAJIT_CUDA_CHECK(cudaMemcpy(ptr_, v.data(), n_ * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  std::vector<int32_t> download() const {
+    std::vector<int32_t> v(n_);
+    if (n_) KDAJIT_CUDA_CHECK(cudaMemcpy(v.data(), ptr_, n_ * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  kdajit_tensor_t view() const {
+    return dense_tensor_view(n_ ? ptr_ : nullptr, KDAJIT_DTYPE_INT32, {static_cast<int64_t>(n_)});
+  }
+
+ private:
+  size_t n_;
+  int32_t* ptr_ = nullptr;
+};
+
+// Device copies of a prefill problem's tensors and metadata, and the call's
+// arguments pointing at them.
+class DevicePrefill {
+ public:
+  explicit DevicePrefill(PrefillProblem& p)
+      : dev_(p.tensors), slots_(p.slots), qsl_(p.qsl), initial_(p.initial), empty_initial_(p.initial.empty()) {
+    KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());  // the metadata copies land before any launch
+  }
+
+  // Another call's metadata (same N) on the same device tensors.
+  void set_metadata(const PrefillProblem& p) {
+    slots_.upload(p.slots);
+    qsl_.upload(p.qsl);
+    if (!empty_initial_) initial_.upload(p.initial);
+    KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  PrefillArgs args(int64_t max_seq_len = 0, int32_t* oob_counter = nullptr) const {
+    const kdajit_decode_args_t& d = dev_.args();
+    PrefillArgs a = default_prefill_args();
+    a.x = d.x;
+    a.conv_weight = d.conv_weight;
+    a.conv_state = d.conv_state;
+    a.raw_gate = d.raw_gate;
+    a.raw_beta = d.raw_beta;
+    a.A_log = d.A_log;
+    a.dt_bias = d.dt_bias;
+    a.state_indices = slots_.view();
+    a.has_initial_state = initial_.view();
+    a.state = d.state;
+    a.output_gate = d.output_gate;
+    a.norm_weight = d.norm_weight;
+    a.output = d.output;
+    a.query_start_loc = qsl_.view();
+    a.gate = d.gate;
+    a.lower_bound = d.lower_bound;
+    a.norm_eps = d.norm_eps;
+    a.max_seq_len = max_seq_len;
+    a.oob_counter = oob_counter;
+    return a;
+  }
+
+  // The written tensors into p; the metadata must still be p's (inputs are read only).
+  void download(PrefillProblem& p) {
+    dev_.download(p.tensors);
+    CHECK(slots_.download() == p.slots);
+    CHECK(qsl_.download() == p.qsl);
+    CHECK(initial_.download() == p.initial);
+  }
+
+  test::DeviceProblem& tensors() { return dev_; }
+
+ private:
+  test::DeviceProblem dev_;
+  DeviceInts slots_, qsl_, initial_;
+  bool empty_initial_;
+};
+
+Outcome launch(Runtime& rt, const PrefillArgs& args) {
+  return rt.prefill(args, reinterpret_cast<kdajit_stream_t>(stream()));
+}
+
+// A device int32 counter, zeroed on the test stream.
+struct Counter {
+  int32_t* ptr = nullptr;
+  Counter() {
+    KDAJIT_CUDA_CHECK(cudaMalloc(&ptr, sizeof(int32_t)));
+    KDAJIT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, sizeof(int32_t), stream()));
+  }
+  ~Counter() { cudaFree(ptr); }
+  Counter(const Counter&) = delete;
+  Counter& operator=(const Counter&) = delete;
+  int32_t value() const {
+    int32_t v = -1;
+    KDAJIT_CUDA_CHECK(cudaMemcpy(&v, ptr, sizeof v, cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+void check_report(const ref::CompareReport& rep, const std::string& what) {
+  std::string failures;
+  for (const auto& f : rep.failures) failures += "\n  " + f;
+  INFO(what << ": " << rep.summary() << failures);
+  CHECK(rep.pass);
+}
+
+// Runs got's call on the device with rt (got: a copy of the problem that
+// `expected` ran the reference on) and checks it against expected: §8 with the
+// prefill's state limits, every untouched byte, the inputs, the out-of-range
+// count. route: the forced route, whose key the call must name. Returns got
+// after the call.
+PrefillProblem run_and_compare(Runtime& rt, PrefillProblem& expected, PrefillProblem got, const std::string& what,
+                               int64_t max_seq_len = 0, const PrefillSpec* spec = nullptr,
+                               std::string_view route = {}) {
+  INFO(what);
+  DevicePrefill dev(got);
+  Counter oob;
+  const PrefillArgs args = dev.args(max_seq_len, oob.ptr);
+  if (spec) {
+    std::string key;
+    Outcome k = rt.selected_prefill_key(args, reinterpret_cast<kdajit_stream_t>(stream()), &key);
+    INFO(k.message);
+    REQUIRE(k.ok());
+    CHECK(key == spec->key_name(route));
+  }
+  Outcome o = launch(rt, args);
+  INFO(o.message);
+  REQUIRE(o.ok());
+  dev.download(got);
+  CHECK(oob.value() == got.oob_sequences);
+  check_report(ref::compare(expected.tensors, got.tensors, expected.plan(), prefill_tolerances()), what);
+  return got;
+}
+
+// One problem, the reference once, then each route forced.
+void check_routes(const PrefillSpec& spec, std::initializer_list<std::string_view> routes) {
+  PrefillProblem p = make_prefill(spec);
+  PrefillProblem expected = p;
+  expected.run_reference();
+  for (std::string_view route : routes)
+    run_and_compare(runtime_for(route), expected, p, spec.key_name(route), 0, &spec, route);
+}
+
+// Lengths 0, 1, 63, 64, 65 (one chunk and its neighbours) and 1000 (many chunks,
+// a partial last one), with some starting from zero state; a null slot, an
+// out-of-range slot, rows past qsl[N].
+std::vector<SeqSpec> ragged_batch() {
+  return {{65, Slot::live, 0}, {0, Slot::live, 1}, {1000, Slot::live, 1}, {7, Slot::null, 1},
+          {1, Slot::live, 0},  {64, Slot::live, 1}, {70, Slot::oob, 1},    {63, Slot::live, 0}};
+}
+
+PrefillSpec ragged_spec(int heads, kdajit_dtype_t st, kdajit_conv_layout_t cv, kdajit_gate_t g, uint64_t seed) {
+  PrefillSpec s;
+  s.heads = heads;
+  s.state_dtype = st;
+  s.conv = cv;
+  s.gate = g;
+  s.seqs = ragged_batch();
+  s.rows_after = 5;
+  s.norm_eps = seed % 2 ? 1e-6f : 1e-5f;
+  s.seed = seed;
+  return s;
+}
+
+std::string base_name(const PrefillSpec& s) {
+  return fmt::format("kda_prefill.h{}.state_{}.conv_{}.t{}.gate_{}", s.heads, dtype_name(s.state_dtype),
+                     conv_name(s.conv), kChunk, gate_name(s.gate));
+}
+
+// Every route x state dtype x conv layout x gate at H = 16, one test case each
+// (the reference serves the four routes); the preset head counts on rowcta.
+const bool registered = [] {
+  uint64_t seed = 5000;
+  for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16})
+    for (auto cv : {KDAJIT_CONV_SD, KDAJIT_CONV_DS})
+      for (auto g : {KDAJIT_GATE_BOUNDED, KDAJIT_GATE_SOFTPLUS}) {
+        const PrefillSpec s = ragged_spec(16, st, cv, g, seed++);
+        test::register_test(base_name(s) + ", every route", "[gpu][prefill]", [s] {
+          check_routes(s, {"rowcta", "split2", "split4", "split8"});
+        });
+      }
+  for (int h : {8, 32, 64, 12, 24, 48, 96}) {
+    const PrefillSpec s = ragged_spec(h, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, seed++);
+    test::register_test(s.key_name("rowcta"), "[gpu][prefill]", [s] { check_routes(s, {"rowcta"}); });
+  }
+  return true;
+}();
+
+}  // namespace
+
+TEST_CASE("prefill: has_initial_state empty (every sequence starts from its slot), every route", "[gpu][prefill]") {
+  PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_F32, KDAJIT_CONV_DS, KDAJIT_GATE_BOUNDED, 6100);
+  s.initial_empty = true;
+  check_routes(s, {"rowcta", "split2", "split4", "split8"});
+}
+
+TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "[gpu][prefill]") {
+  for (auto cv : {KDAJIT_CONV_SD, KDAJIT_CONV_DS}) {
+    PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_BF16, cv, KDAJIT_GATE_SOFTPLUS, 6200 + cv);
+    s.conv_taps = 5;
+    s.seqs = {{65, Slot::live, 1}, {1, Slot::live, 1}, {130, Slot::live, 0}, {3, Slot::null, 1}, {2, Slot::live, 1}};
+    INFO("conv " << conv_name(cv));
+    check_routes(s, {"rowcta", "split2", "split4", "split8"});
+  }
+}
+
+namespace {
+
+// One prompt of 8192 tokens (128 chunks), H = 16: the reference once, two routes.
+void check_long(kdajit_dtype_t st) {
+  PrefillSpec s;
+  s.heads = 16;
+  s.state_dtype = st;
+  s.seqs = {{8192, Slot::live, 1}};
+  s.seed = 6300 + st;
+  check_routes(s, {"rowcta", "split4"});
+}
+
+}  // namespace
+
+TEST_CASE("prefill: one sequence of 8192 tokens, f32 state, rowcta and split4", "[gpu][prefill][long]") {
+  check_long(KDAJIT_DTYPE_F32);
+}
+
+TEST_CASE("prefill: one sequence of 8192 tokens, bf16 state, rowcta and split4", "[gpu][prefill][long]") {
+  check_long(KDAJIT_DTYPE_BF16);
+}
+
+// The single decode op applied row after row from the same slot (its state
+// stored, and rounded, after every token) against one prefill of the same 300
+// tokens (the state carried in registers): the outputs and the final state
+// agree within the prefill's tolerances, the conv history bit for bit.
+TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]") {
+  constexpr int64_t kTokens = 300;
+  for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
+    INFO("state " << dtype_name(st));
+    PrefillSpec s;
+    s.heads = 16;
+    s.state_dtype = st;
+    s.seqs = {{static_cast<int>(kTokens), Slot::live, 1}};
+    s.seed = 6400 + st;
+    PrefillProblem p = make_prefill(s);
+    PrefillProblem expected = p;
+    expected.run_reference();
+
+    PrefillProblem stepwise = p;
+    {
+      test::DeviceProblem dev(stepwise.tensors);
+      DeviceInts slot(std::vector<int32_t>{p.slots[0]});
+      KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
+      const kdajit_decode_args_t whole = dev.args();
+      auto row = [](kdajit_tensor_t t, int64_t r) {
+        t.data = static_cast<std::byte*>(t.data) + r * t.strides[0] * static_cast<int64_t>(ref::dtype_size(t.dtype));
+        t.shape[0] = 1;
+        return t;
+      };
+      for (int64_t r = 0; r < kTokens; ++r) {
+        kdajit_decode_args_t a = whole;
+        a.x = row(whole.x, r);
+        a.raw_gate = row(whole.raw_gate, r);
+        a.raw_beta = row(whole.raw_beta, r);
+        a.output_gate = row(whole.output_gate, r);
+        a.output = row(whole.output, r);
+        a.state_indices = slot.view();
+        Outcome o = runtime().single_decode(a, reinterpret_cast<kdajit_stream_t>(stream()));
+        INFO("row " << r << ": " << o.message);
+        REQUIRE(o.ok());
+      }
+      dev.download(stepwise.tensors);
+    }
+    // The stepwise run itself against the reference (§8 tolerances of the single op).
+    check_report(ref::compare(expected.tensors, stepwise.tensors, expected.plan()), "single decode, token by token");
+
+    for (std::string_view route : kPrefillRoutes) {
+      const std::string what = fmt::format("prefill, route {}", route);
+      PrefillProblem got = run_and_compare(runtime_for(route), expected, p, what);
+      check_report(ref::compare(stepwise.tensors, got.tensors, expected.plan(), prefill_tolerances()),
+                   what + " against the token-by-token single decode");
+    }
+  }
+}
+
+// Two calls over the same slot, the second with has_initial_state 1, against
+// one call: the outputs (first call's rows, then the second's) and the final
+// state within the prefill's tolerances, the conv history bit for bit.
+TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
+  constexpr int kTokens = 200;
+  for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
+    INFO("state " << dtype_name(st));
+    PrefillSpec s;
+    s.heads = 16;
+    s.state_dtype = st;
+    s.conv = st == KDAJIT_DTYPE_F32 ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
+    s.seqs = {{kTokens, Slot::live, 1}};
+    s.seed = 6500 + st;
+    PrefillProblem p = make_prefill(s);
+    PrefillProblem expected = p;
+    expected.run_reference();
+    for (std::string_view route : kPrefillRoutes) {
+      const std::string one_what = fmt::format("one call, route {}", route);
+      const PrefillProblem one = run_and_compare(runtime_for(route), expected, p, one_what);
+      for (int split : {1, 64, 100, 137}) {
+        const std::string what = fmt::format("route {}, split at token {}", route, split);
+        INFO(what);
+        PrefillProblem first = p, second = p;
+        first.qsl = {0, split};  // rows from `split` on: past qsl[N], zeros
+        second.qsl = {split, kTokens};  // rows below `split`: below qsl[0], zeros
+        second.initial = {1};
+        PrefillProblem two = p;
+        DevicePrefill dev(first);
+        REQUIRE(launch(runtime_for(route), dev.args()).ok());
+        dev.download(first);
+        dev.set_metadata(second);
+        Outcome o = launch(runtime_for(route), dev.args());
+        INFO(o.message);
+        REQUIRE(o.ok());
+        dev.download(second);
+        two.tensors = second.tensors;
+        const kdajit_tensor_t& out2 = second.tensors.view(Tensor::output);
+        for (int64_t r = 0; r < split; ++r) {
+          for (int64_t h = 0; h < out2.shape[1]; ++h)
+            for (int64_t d = 0; d < out2.shape[2]; ++d)
+              if (ref::load(out2, {r, h, d}) != 0.0)
+                FAIL(fmt::format("second call: output row {} (below qsl[0]) is not zero", r));
+          two.set_output_row(r, first.output_row(r));
+        }
+        check_report(ref::compare(expected.tensors, two.tensors, expected.plan(), prefill_tolerances()),
+                     what + ": two calls against the reference");
+        check_report(ref::compare(one.tensors, two.tensors, expected.plan(), prefill_tolerances()),
+                     what + ": two calls against one call");
+      }
+    }
+  }
+}
+
+// Rows below qsl[0], past qsl[N], of malformed ranges (negative start,
+// descending, past T_total), of null and out-of-range slots and of an empty
+// sequence: exactly zero on every route, their slots untouched.
+TEST_CASE("prefill: rows of no live sequence are exactly zero", "[gpu][prefill]") {
+  PrefillSpec s;
+  s.heads = 8;
+  s.state_dtype = KDAJIT_DTYPE_BF16;
+  s.seed = 6600;
+  // 40 rows. Live: [3, 9) and [18, 22) (no initial state) and [22, 30).
+  // Every other range overlaps only non-live ones, so zeros are the one answer:
+  //   0 [-2, 3) negative start   1 [3, 9) live        2 [9, 9) empty
+  //   3 [9, 14) null slot        4 [14, 12) descending  5 [12, 18) slot >= S (counted)
+  //   6 [18, 22) live            7 [22, 30) live       8 [30, 45) past T_total
+  //   9 [45, 35) descending; rows 35..39 are past qsl[N] = 35.
+  s.seqs = {{0, Slot::live, 1}, {0, Slot::live, 1}, {0, Slot::live, 1}, {0, Slot::null, 1}, {0, Slot::live, 1},
+            {0, Slot::oob, 1},  {0, Slot::live, 0}, {0, Slot::live, 1}, {0, Slot::live, 1}, {0, Slot::live, 1}};
+  s.qsl = {-2, 3, 9, 9, 14, 12, 18, 22, 30, 45, 35};
+  s.total_rows = 40;
+  PrefillProblem p = make_prefill(s);
+  REQUIRE(p.oob_sequences == 1);
+  PrefillProblem expected = p;
+  expected.run_reference();
+  const ref::WritePlan plan = expected.plan();
+  std::vector<uint8_t> want(40, 0);
+  for (int r = 3; r < 9; ++r) want[static_cast<size_t>(r)] = 1;
+  for (int r = 18; r < 30; ++r) want[static_cast<size_t>(r)] = 1;
+  REQUIRE(plan.row_live == want);
+  for (std::string_view route : kPrefillRoutes) {
+    PrefillProblem got = run_and_compare(runtime_for(route), expected, p, fmt::format("route {}", route));
+    const kdajit_tensor_t& v = got.tensors.view(Tensor::output);
+    for (int64_t r = 0; r < 40; ++r) {
+      if (want[static_cast<size_t>(r)]) continue;
+      for (int64_t h = 0; h < v.shape[1]; ++h)
+        for (int64_t d = 0; d < v.shape[2]; ++d) {
+          const double x = ref::load(v, {r, h, d});
+          if (x != 0.0) FAIL(fmt::format("route {}: output[{}, {}, {}] = {}, expected 0", route, r, h, d, x));
+        }
+    }
+  }
+}
+
+// The selector picks the route from the host's max_seq_len hint; every route
+// computes every length, so a hint of 0 (T_total) or one below the longest
+// sequence gives the same results.
+TEST_CASE("prefill: the selector's route with max_seq_len 0 and a hint below the real length", "[gpu][prefill]") {
+  const PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 6700);
+  PrefillProblem p = make_prefill(s);
+  PrefillProblem expected = p;
+  expected.run_reference();
+  for (int64_t hint : {int64_t{0}, int64_t{16}, int64_t{1}}) {
+    std::string key;
+    {
+      DevicePrefill dev(p);
+      Outcome k = runtime().selected_prefill_key(dev.args(hint), reinterpret_cast<kdajit_stream_t>(stream()), &key);
+      INFO(k.message);
+      REQUIRE(k.ok());
+      CHECK(key.rfind("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_", 0) == 0);
+    }
+    run_and_compare(runtime(), expected, p, fmt::format("max_seq_len {} (longest sequence 1000), {}", hint, key), hint);
+  }
+}
+
+// Small cases for compute-sanitizer (memcheck, racecheck, synccheck): every
+// route, both state dtypes, a chunk boundary and a partial chunk.
+TEST_CASE("prefill sanitizer cases", "[sanitize]") {
+  for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
+    PrefillSpec s;
+    s.heads = 2;
+    s.state_dtype = st;
+    s.conv = st == KDAJIT_DTYPE_F32 ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
+    s.seqs = {{70, Slot::live, 1}, {0, Slot::live, 1}, {5, Slot::null, 1}, {3, Slot::live, 0}};
+    s.rows_after = 2;
+    s.seed = 6800 + st;
+    INFO("state " << dtype_name(st));
+    check_routes(s, {"rowcta", "split2", "split4", "split8"});
+  }
+}

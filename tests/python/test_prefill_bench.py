@@ -1,0 +1,392 @@
+"""bench/bench_prefill.py without a GPU: its grid and argument checks, the two
+floors, the arguments it gives kdajit.fused_kda_prefill, the engine around
+FLA (gather, conv with history, split, chunk_kda call, gated RMSNorm, scatter)
+against a token-by-token float64 evaluation of docs/CONTRACT.md §2 with a
+stand-in for chunk_kda, the route forcing, and the table code."""
+import contextlib
+import inspect
+import io
+import json
+import math
+import os
+import tempfile
+import unittest
+
+import torch
+
+import bench_tools
+
+tool = bench_tools.load("bench_prefill")
+D = 128
+
+
+def parse(*args):
+    return tool.parse_args(["--fla", "x", *args])
+
+
+def naive_chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                    use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                    safe_gate=False, lower_bound=None, A_log=None, dt_bias=None, cu_seqlens=None,
+                    cu_seqlens_cpu=None):
+    """FLA's chunk_kda contract (varlen, [K, V] states, fp32 h0 / ht, o in q's
+    dtype) evaluated token by token in float64: the stand-in the engine calls here.
+    Asserts the options the benchmark must pass."""
+    assert use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel and safe_gate
+    assert output_final_state and lower_bound == -5.0 and scale == D ** -0.5
+    assert initial_state.dtype == torch.float32 and initial_state.is_contiguous()
+    assert cu_seqlens_cpu.device.type == "cpu" and torch.equal(cu_seqlens.cpu(), cu_seqlens_cpu)
+    _, T, H, K = q.shape
+    assert k.shape == v.shape == g.shape == (1, T, H, K) and beta.shape == (1, T, H)
+    o = torch.empty_like(v)
+    ht = torch.empty_like(initial_state)
+    decay_rate = A_log.double().exp()[:, None]
+    bias = dt_bias.double().view(H, K)
+    for n in range(len(cu_seqlens_cpu) - 1):
+        S = initial_state[n].double()  # [H, K, V]
+        for t in range(int(cu_seqlens_cpu[n]), int(cu_seqlens_cpu[n + 1])):
+            qt, kt, vt = q[0, t].double(), k[0, t].double(), v[0, t].double()
+            qt = qt / (qt.square().sum(-1, keepdim=True) + 1e-6).sqrt()
+            kt = kt / (kt.square().sum(-1, keepdim=True) + 1e-6).sqrt()
+            gate = lower_bound * torch.sigmoid(decay_rate * (g[0, t].double() + bias))
+            b = torch.sigmoid(beta[0, t].double())
+            S = S * gate.exp()[:, :, None]
+            u = torch.einsum("hkv,hk->hv", S, kt)
+            S = S + torch.einsum("hk,hv->hkv", kt, b[:, None] * (vt - u))
+            o[0, t] = torch.einsum("hk,hkv->hv", qt * scale, S).to(o.dtype)
+        ht[n] = S.float()
+    return o, ht
+
+
+def contract_reference(p, norm_eps, bf16_conv=False):
+    """docs/CONTRACT.md §2 token after token on p's kdajit-layout tensors, float64,
+    rounding points 1, 3 and 4: (output [T, H, 128], state pool, conv_state pool).
+    bf16_conv: the conv weights and the conv output before the SiLU rounded to
+    bf16 as well, as the engine's bf16 conv1d does."""
+    H, hidden = p.heads, p.heads * D
+    qkv = 3 * hidden
+    weight = p.conv_weight.permute(0, 2, 1).reshape(qkv, 4)
+    weight = (weight.to(torch.bfloat16) if bf16_conv else weight).double()
+    conv = p.conv_state.double().clone()
+    state = p.state.double().clone()
+    out = torch.zeros(p.tokens, H, D, dtype=torch.float64)
+    decay_rate = p.A_log.double().exp()[:, None]
+    bias = p.dt_bias.double().view(H, D)
+    qsl = p.query_start_loc_cpu.tolist()
+    for n, slot in enumerate(p.state_indices.tolist()):
+        hist, S = conv[slot].clone(), state[slot].clone()  # [qkv, 3], [H, V, K]
+        for t in range(qsl[n], qsl[n + 1]):
+            xt = p.x[t].double()
+            a = (weight[:, :3] * hist).sum(1) + weight[:, 3] * xt
+            if bf16_conv:
+                a = a.to(torch.bfloat16).double()
+            m = (a * torch.sigmoid(a)).to(torch.bfloat16).double().view(3, H, D)
+            hist = torch.cat([hist[:, 1:], xt[:, None]], 1)
+            q = m[0] / (m[0].square().sum(-1, keepdim=True) + 1e-6).sqrt() / math.sqrt(D)
+            k = m[1] / (m[1].square().sum(-1, keepdim=True) + 1e-6).sqrt()
+            gv = -5.0 * torch.sigmoid(decay_rate * (p.raw_gate[t].double() + bias))
+            beta = torch.sigmoid(p.raw_beta[t].double())
+            S = S * gv.exp()[:, None, :]
+            delta = beta[:, None] * (m[2] - torch.einsum("hvk,hk->hv", S, k))
+            S = S + torch.einsum("hv,hk->hvk", delta, k)
+            ob = torch.einsum("hvk,hk->hv", S, q).to(torch.bfloat16).double()
+            y = ob / (ob.square().mean(-1, keepdim=True) + norm_eps).sqrt()
+            out[t] = (y * p.norm_weight.double() * torch.sigmoid(p.output_gate[t].double())).to(torch.bfloat16)
+        conv[slot], state[slot] = hist, S
+    return out, state, conv
+
+
+def rel(got, ref):
+    return ((got.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+class Grid(unittest.TestCase):
+    def test_cells_in_run_order(self):
+        a = parse("--heads", "16,64", "--shapes", "8x2048,mix64", "--states", "bf16,f32")
+        self.assertEqual(tool.cells_of(a), [
+            ("8x2048", 16, "bf16"), ("8x2048", 16, "f32"), ("8x2048", 64, "bf16"), ("8x2048", 64, "f32"),
+            ("mix64", 16, "bf16"), ("mix64", 16, "f32"), ("mix64", 64, "bf16"), ("mix64", 64, "f32")])
+
+    def test_defaults_are_the_peer_grid(self):
+        a = parse()
+        self.assertEqual((a.heads, a.shapes, a.states, a.routes, a.iters, a.warmup),
+                         ([16, 32, 64], ["8x2048", "4x8192", "1x16384", "mix64"], ["f32", "bf16"], False, 20, 3))
+        self.assertEqual(sum(tool.peer.lengths_of("mix64")), 74979)
+
+    def parse_error(self, *args):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+            parse(*args)
+        self.assertEqual(cm.exception.code, 2)
+        return err.getvalue()
+
+    def test_bad_values_name_the_option(self):
+        self.assertIn("--heads: expected comma-separated integers, got 'x'", self.parse_error("--heads", "x"))
+        self.assertIn("--heads: expected values in 1..128", self.parse_error("--heads", "0"))
+        self.assertIn("--shapes: expected NxL or mixN", self.parse_error("--shapes", "8x"))
+        self.assertIn("--shapes: expected NxL or mixN", self.parse_error("--shapes", "0x64"))
+        self.assertIn("--states: expected f32, bf16 or both", self.parse_error("--states", "f16"))
+        self.assertIn("--states: expected f32, bf16 or both", self.parse_error("--states", "f32,f32"))
+        self.assertIn("--iters: expected at least 3", self.parse_error("--iters", "2"))
+        self.assertIn("--warmup: expected at least 1", self.parse_error("--warmup", "0"))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+            tool.parse_args([])
+        self.assertIn("--fla: expected the folder that holds the built fla/ package", err.getvalue())
+
+    def test_json_stays_outside_the_tree(self):
+        inside = os.path.join(tool.REPO, "bench", "prefill.json")
+        self.assertIn("--json: expected a path outside the repository", self.parse_error("--json", inside))
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(parse("--json", os.path.join(d, "p.json")).json, os.path.join(d, "p.json"))
+
+    def test_no_gpu_skips(self):
+        if torch.cuda.is_available():
+            self.skipTest("a CUDA GPU is present")
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(tool.main(["--fla", "x"]), 77)
+
+
+class Floors(unittest.TestCase):
+    def test_flops_per_chunk_and_head(self):
+        # Q K^T, K K^T: 2*64*64*128 each; the solve on K and V: 2*64*64*256; W S^T, Q S^T: 2*64*128*128 each;
+        # A Delta: 2*64*64*128; Delta^T K: 2*64*128*128.
+        self.assertEqual(tool.FLOP_PER_CHUNK_HEAD, 11 * 2 ** 20)
+        self.assertEqual(tool.chunk_flops([2048] * 8, 16), 8 * 32 * 16 * 11534336)  # 47.2 GFLOP (DESIGN.md)
+        self.assertEqual(tool.chunk_flops([1, 64, 65], 2), (1 + 1 + 2) * 2 * 11534336)
+
+    def test_memory_bytes(self):
+        # 1538 per token and head, plus per sequence and head the state in and out and the conv history (4608).
+        self.assertEqual(tool.memory_floor_bytes([2048] * 8, 16, "f32"),
+                         16384 * 16 * 1538 + 8 * 16 * (2 * 65536 + 4608))
+        self.assertEqual(tool.memory_floor_bytes([100, 7], 3, "bf16"), 107 * 3 * 1538 + 2 * 3 * (2 * 32768 + 4608))
+
+    def test_the_larger_floor_binds(self):
+        f = tool.floors([2048] * 8, 16, "f32", copy_bw=4.27e12, bf16_rate=790e12)
+        self.assertAlmostEqual(f["memory_us"], f["memory_bytes"] / 4.27e12 * 1e6)
+        self.assertAlmostEqual(f["tensor_core_us"], 47244640256 / 790e12 * 1e6)
+        self.assertEqual((f["binds"], f["floor_us"]), ("memory", f["memory_us"]))
+        f = tool.floors([2048] * 8, 16, "f32", copy_bw=4.27e12, bf16_rate=100e12)
+        self.assertEqual((f["binds"], f["floor_us"]), ("tensor core", f["tensor_core_us"]))
+
+
+def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                      output_gate, norm_weight, query_start_loc, *, has_initial_state=None, gate="bounded",
+                      lower_bound=-5.0, norm_eps=1e-6, max_seq_len=0, out=None, oob_counter=None):
+    """The op's signature as the benchmark's brief gives it."""
+
+
+class KdajitArguments(unittest.TestCase):
+    def setUp(self):
+        self.p = tool.Problem(torch, [5, 70, 2], 2, "bf16", "cpu", seed=3)
+
+    def test_tensors_as_the_op_takes_them(self):
+        p, H, T, N = self.p, 2, 77, 3
+        args, kwargs = tool.kdajit_arguments(p)
+        b = inspect.signature(fused_kda_prefill).bind(*args, **kwargs).arguments
+        expect = {"x": ((T, 3 * H * D), torch.bfloat16), "conv_weight": ((3, 4, H * D), torch.float32),
+                  "conv_state": ((N + 4, 3 * H * D, 3), torch.bfloat16), "raw_gate": ((T, H, D), torch.bfloat16),
+                  "raw_beta": ((T, H), torch.bfloat16), "A_log": ((H,), torch.float32),
+                  "dt_bias": ((H * D,), torch.float32), "state_indices": ((N,), torch.int32),
+                  "state": ((N + 4, H, D, D), torch.bfloat16), "output_gate": ((T, H, D), torch.bfloat16),
+                  "norm_weight": ((D,), torch.float32), "query_start_loc": ((N + 1,), torch.int32),
+                  "out": ((T, H, D), torch.bfloat16)}
+        for name, (shape, dtype) in expect.items():
+            self.assertEqual((tuple(b[name].shape), b[name].dtype), (shape, dtype), name)
+        self.assertEqual(b["conv_state"].stride(), (3 * 3 * H * D, 1, 3 * H * D))  # SD
+        self.assertEqual(b["query_start_loc"].tolist(), [0, 5, 75, 77])
+        slots = b["state_indices"].tolist()
+        self.assertEqual(len(set(slots)), N)
+        self.assertTrue(all(1 <= s < N + 4 for s in slots))
+        self.assertEqual((b["has_initial_state"], b["gate"], b["lower_bound"], b["norm_eps"], b["max_seq_len"]),
+                         (None, "bounded", -5.0, 1e-6, 70))
+        for name in ("x", "raw_gate", "output_gate", "state"):
+            self.assertTrue(b[name].is_contiguous(), name)
+
+    def test_the_packages_signature_takes_them(self):
+        import kdajit
+        if not hasattr(kdajit, "fused_kda_prefill"):
+            self.skipTest("kdajit.fused_kda_prefill is not in this package yet")
+        args, kwargs = tool.kdajit_arguments(self.p)
+        inspect.signature(kdajit.fused_kda_prefill).bind(*args, **kwargs)
+
+    def test_pools_start_pristine_for_each_check(self):
+        p = self.p
+        p.conv_state.zero_()
+        p.state.zero_()
+        cs, st = p.fresh_pools()
+        self.assertEqual(cs.stride(), p.conv_state.stride())
+        self.assertTrue(torch.equal(cs, p.pristine_conv_state) and torch.equal(st, p.pristine_state))
+        self.assertGreater(st.abs().sum().item(), 0)
+
+
+class EngineAroundFla(unittest.TestCase):
+    """The engine with the float64 stand-in for chunk_kda against the contract token by token:
+    what is checked is the engine's own work (conv with history, layouts, norm, scatter)."""
+
+    def run_engine(self, lengths, heads, state):
+        p = tool.Problem(torch, lengths, heads, state, "cpu", seed=11)
+        ref_out, ref_state, ref_conv = contract_reference(p, tool.NORM_EPS, bf16_conv=True)
+        exact_out, exact_state, _ = contract_reference(p, tool.NORM_EPS)
+        engine = tool.Engine(torch, naive_chunk_kda, p)
+        out = p.new_output()
+        untouched = [s for s in range(p.slots) if s not in p.state_indices.tolist()]
+        got = engine(p.conv_state, p.state, out)
+        self.assertIs(got, out)
+        slots = engine.slots
+        # Against the same math with the engine's bf16 conv (whose own accumulation rounds differently: the
+        # conv outputs differ by about 2e-3, which the states carry; a layout error would show as O(1)).
+        self.assertLess(rel(out, ref_out), 1e-2)
+        self.assertLess(rel(p.state.index_select(0, slots), ref_state.index_select(0, slots)), 1e-2)
+        # Against the contract itself (f32 conv): within the benchmark's check limit.
+        self.assertLess(rel(out, exact_out), tool.CHECK_LIMIT)
+        self.assertLess(rel(p.state.index_select(0, slots), exact_state.index_select(0, slots)), tool.CHECK_LIMIT)
+        # The conv history is the raw bf16 inputs: bit-exact, in the SD pool.
+        self.assertTrue(torch.equal(p.conv_state.index_select(0, slots),
+                                    ref_conv.index_select(0, slots).to(torch.bfloat16)))
+        self.assertEqual(p.conv_state.stride(), (3 * 3 * heads * D, 1, 3 * heads * D))
+        for s in untouched:
+            self.assertTrue(torch.equal(p.state[s], p.pristine_state[s]))
+            self.assertTrue(torch.equal(p.conv_state[s], p.pristine_conv_state[s]))
+        return engine, p
+
+    def test_f32_pool_sequences_shorter_and_longer_than_a_chunk(self):
+        self.run_engine([5, 70, 1, 2, 9], 2, "f32")
+
+    def test_bf16_pool_and_an_empty_sequence(self):
+        self.run_engine([3, 0, 66], 3, "bf16")
+
+    def test_bare_inputs_are_contiguous_and_post_conv(self):
+        engine, p = self.run_engine([4, 6], 1, "f32")
+        q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
+        for t in (q, k, v, h0):
+            self.assertTrue(t.is_contiguous())
+        self.assertEqual((q.shape, h0.shape, h0.dtype), ((1, 10, 1, D), (2, 1, D, D), torch.float32))
+        # h0 is FLA's [K, V]: the transpose of the slot's [V, K].
+        slot = p.state_indices[1].item()
+        self.assertTrue(torch.equal(h0[1, 0], p.state[slot, 0].t()))
+
+
+class RouteForcing(unittest.TestCase):
+    def test_forced_runtime_is_the_process_runtime_inside_only(self):
+        try:
+            import kdajit
+            from kdajit import _launch
+            base = kdajit.runtime()
+        except Exception as e:  # noqa: BLE001 - no library here: nothing to force
+            self.skipTest(f"kdajit library not loadable: {e}")
+        forcer = tool.RouteForcer(kdajit)
+        with forcer.forced(None):
+            self.assertEqual(_launch._handle(), base.handle)
+        with forcer.forced("rowcta"):
+            forced = forcer.runtimes["rowcta"]
+            self.assertEqual(forced.options["route"], "rowcta")
+            self.assertNotEqual(_launch._handle(), base.handle)
+            self.assertEqual(_launch._handle(), forced.handle)
+        self.assertEqual(_launch._handle(), base.handle)
+        with self.assertRaises(KeyError), forcer.forced("split2"):
+            raise KeyError("restored on errors too")
+        self.assertEqual(_launch._handle(), base.handle)
+
+    def test_routes_follow_the_library_table(self):
+        try:
+            import kdajit
+            from kdajit import _abi
+            kdajit.runtime()
+        except Exception as e:  # noqa: BLE001
+            self.skipTest(f"kdajit library not loadable: {e}")
+        real = _abi.routes
+        try:
+            _abi.routes = lambda: {"rowcta": ["single", "packed", "prefill"], "split2": ["single", "prefill"],
+                                   "split4": ["single"], "stream": ["single"], "wide": ["prefill"]}
+            forcer = tool.RouteForcer(kdajit)
+        finally:
+            _abi.routes = real
+        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "wide"])
+        self.assertEqual(sorted(forcer.unavailable), ["split4", "split8"])
+        self.assertIn("route split4 does not serve the prefill op", forcer.unavailable["split4"])
+        self.assertIn("route split8 is not in this library's route table", forcer.unavailable["split8"])
+        with self.assertRaises(tool.RouteUnavailable), forcer.forced("split4"):
+            pass
+        # A name the library refuses when the runtime is made is unavailable too.
+        forcer = tool.RouteForcer(kdajit)
+        forcer.unavailable.clear()
+        with self.assertRaises(tool.RouteUnavailable), forcer.forced("no_such_route"):
+            pass
+        self.assertIn("no_such_route", forcer.unavailable)
+
+    def test_route_of_key(self):
+        self.assertEqual(tool.route_of_key("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_split4.sm_90"),
+                         "split4")
+        self.assertIsNone(tool.route_of_key(None))
+
+
+def cell(shape, h, state, kd, bare=None, engine=None, **extra):
+    c = {"shape": shape, "heads": h, "state": state, "kdajit": kd,
+         "floors": {"floor_us": 100.0, "binds": "memory"}}
+    if bare is not None:
+        c["fla_bare"] = bare
+    if engine is not None:
+        c["fla_engine"] = {"us": engine}
+    c.update(extra)
+    return c
+
+
+class Tables(unittest.TestCase):
+    def test_main_table_last_with_ratios_reuse_and_errors(self):
+        cells = [
+            cell("8x2048", 16, "f32", {"us": 200.0, "route": "rowcta"}, {"us": 1268.0, "state": "f32"}, 1500.0,
+                 check={"status": "ok", "output_rel_l2": 3e-3, "state_rel_l2": 1e-3, "conv_history_exact": True},
+                 engine_stages={s: 10.0 for s in tool.STAGES}),
+            cell("8x2048", 16, "bf16", {"error": "AttributeError: no fused_kda_prefill"},
+                 {"us": 1268.0, "state": "f32", "reused_from": "f32"}, 1600.0,
+                 check={"status": "error", "why": "AttributeError: no fused_kda_prefill"}),
+            cell("mix64", 16, "f32", {"error": "AttributeError: no fused_kda_prefill"}),
+        ]
+        lines = tool.tables(cells)
+        main = lines.index(next(x for x in lines if x.startswith("| cell | kdajit us")))
+        self.assertEqual(lines[main + 2], "| 8x2048 H16 f32 | 200 | rowcta | 1268 | 1500 | 6.34 | 7.50 | 100 | 2.00 "
+                                          "| memory |")
+        self.assertEqual(lines[main + 3], "| 8x2048 H16 bf16 | error [1] | - | 1268* | 1600 | - | - | 100 | - "
+                                          "| memory |")
+        self.assertEqual(lines[main + 4], "| mix64 H16 f32 | error [1] | - | - | - | - | - | 100 | - | memory |")
+        self.assertTrue(lines[main + 5].startswith("* the figure of the other state dtype's cell"))
+        self.assertEqual(lines[-1], "[1] AttributeError: no fused_kda_prefill")
+        self.assertIn("check 8x2048 H16 f32: ok: output rel L2 3.00e-03 (limit 0.02), state rel L2 1.00e-03, "
+                      "conv history bit-identical", lines)
+        self.assertIn("check 8x2048 H16 bf16: error: AttributeError: no fused_kda_prefill", lines)
+        self.assertIn("| 8x2048 H16 f32 | 10 | 10 | 10 | 10 | 10 |", lines)
+        self.assertFalse(any(x.startswith("| cell | selector") for x in lines))
+
+    def test_forced_routes_table(self):
+        forced = {"rowcta": {"us": 300.0}, "split2": {"us": 210.0},
+                  "split4": {"error": "NotImplementedError: route split4 cannot serve", "eligible": False},
+                  "split8": {"error": "KdajitError: launch failed", "eligible": True}}
+        lines = tool.tables([cell("1x16384", 64, "f32", {"us": 200.0, "route": "split2"}, {"us": 900.0}, 950.0,
+                                  forced=forced)], routes=True)
+        self.assertEqual(lines[0], "| cell | selector | rowcta | split2 | split4 | split8 |")
+        self.assertEqual(lines[2], "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] |")
+        self.assertEqual(lines[-2:], ["[1] NotImplementedError: route split4 cannot serve",
+                                      "[2] KdajitError: launch failed"])
+
+    def test_tables_of_a_partial_json(self):
+        doc = {"gpu": "NVIDIA H200", "versions": {"fla_commit": "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89"},
+               "copy_bandwidth_bytes_per_s": 4.27e12, "bf16_matmul_flop_per_s": 7.9e14, "matmul_n": 8192,
+               "settings": {"iters": 20, "routes": []}, "status": "running", "stopped": "mix64 H64 bf16: lost",
+               "cells": [cell("8x2048", 16, "f32", {"us": 250.0, "route": "split2"}, {"us": 1000.0}, 1250.0)]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "prefill.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            rc, out, _ = bench_tools.run_main(tool, ["--tables", path])
+        self.assertEqual(rc, 0)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "# kdajit prefill vs FLA chunk_kda @ bc3b101dcb71 on NVIDIA H200: copy bandwidth "
+                                   "4270 GB/s, dense bf16 790 TFLOP/s (8192^3 matmul); median of 20 calls, L2 "
+                                   "flushed; status running")
+        self.assertEqual(lines[1], "# stopped at mix64 H64 bf16: lost")
+        self.assertEqual(lines[-1], "| 8x2048 H16 f32 | 250 | split2 | 1000 | 1250 | 4.00 | 5.00 | 100 | 2.50 "
+                                    "| memory |")
+
+
+if __name__ == "__main__":
+    unittest.main()
