@@ -64,8 +64,8 @@ std::string use_text(const KernelKey& key, const BuiltinRouteUse& u) {
   for (const auto& [lo, hi] : u.batches)
     parts.push_back(lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi));
   std::string out;
-  if (u.any_length) return "prefill: every route (the pick depends on the prompt lengths)";
-  if (!parts.empty()) out = fmt::format("{} {}", key.op == Op::packed ? "N" : "R", fmt::join(parts, ","));
+  if (!parts.empty()) out = fmt::format("{} {}", key.op == Op::single ? "R" : "N", fmt::join(parts, ","));
+  if (u.any_length) out += " (at some prompt length)";
   if (u.repeated_slots) out += out.empty() ? "repeated slots" : "; repeated slots";
   return out;
 }
@@ -184,14 +184,14 @@ json routes_json(const Selection& sel) {
   return {{"sm_count", sel.sm_count},
           {"sm_count_source", sel.sm_source},
           {"left_out", sel.routes_left_out},
-          {"prefill", "every route: the pick depends on the prompt lengths"}};
+          {"prefill", "the routes some prompt length picks"}};
 }
 
 std::string routes_text(const Selection& sel, const Opts& o) {
   return fmt::format(
       "prewarm: routes the built-in selector picks on {} SMs ({}) at batch sizes 1..{}: {} keys left out; SELECTED FOR "
-      "says where each is picked (R: rows, N: sequences). Prefill keys keep every route: the selector's pick "
-      "depends on the prompt lengths. A `kdajit tune` table may pick others; --all-routes compiles every route "
+      "says where each is picked (R: rows, N: sequences). A prefill key stays when some prompt length picks its "
+      "route at one of those N. A `kdajit tune` table may pick others; --all-routes compiles every route "
       "(images for several GPU models)",
       sel.sm_count, sel.sm_source, o.max_batch, sel.routes_left_out);
 }

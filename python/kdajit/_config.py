@@ -63,8 +63,10 @@ class _Config:
             if c.op == _abi.OP_PACKED:
                 raise ValueError(f"tokens: expected T (1..{limits['max_tokens']} tokens per sequence) for the "
                                  "packed op, got None")
-            tokens = 1
-        c.tokens = _c_int("tokens", tokens, f"an int in 1..{limits['max_tokens']} (1 for the single op)")
+            # The prefill op's key field t is its chunk size.
+            tokens = limits["prefill_chunk"] if c.op == _abi.OP_PREFILL else 1
+        c.tokens = _c_int("tokens", tokens, f"an int in 1..{limits['max_tokens']} (1 for the single op, "
+                          f"{limits['prefill_chunk']} for prefill)")
         c.gate = _pick("gate", gate, lib.enum("gate"))
         if arch is not None and not isinstance(arch, (str, bytes)):
             raise ValueError(f"arch: expected None or one of {', '.join(map(repr, _abi.arches()))}, got {arch!r}")

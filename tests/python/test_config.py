@@ -137,6 +137,8 @@ class Keys(unittest.TestCase):
                     for t in (2, 3, 4):
                         mine.update(kdajit.keys_for(heads, op="packed", tokens=t, state_dtype=dtype,
                                                     conv_layout=conv, arch="sm_90"))
+                    mine.update(kdajit.keys_for(heads, op="prefill", state_dtype=dtype, conv_layout=conv,
+                                                arch="sm_90"))
         self.assertTrue(out)
         self.assertFalse(set(out) - mine, "CLI preset keys that keys_for does not give")
 

@@ -101,13 +101,29 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   const DeviceTraits device{family.arch, sm_count};
   const size_t n = static_cast<size_t>(std::max<int64_t>(max_batch, 0));
   if (family.op == Op::prefill) {
-    // The pick depends on the prompt lengths (max_seq_len), which a family
-    // does not know: every route that serves the op stays.
+    // The pick depends on N, H, the SMs and whether the longest prompt reaches
+    // kPrefillSplitMinLength: one short and one long length per N covers it.
+    std::map<Route, std::vector<bool>> at;
+    CallShape call;
+    call.family = family;
+    for (size_t b = 1; b <= n; ++b)
+      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength}) {
+        call.num_seqs = static_cast<int64_t>(b);
+        call.rows = call.num_seqs * longest;
+        call.max_seq_len = longest;
+        std::vector<bool>& v = at[builtin_route(call, device)];
+        v.resize(n);
+        v[b - 1] = true;
+      }
     std::vector<BuiltinRouteUse> uses;
-    for (const RouteSpec& r : route_table()) {
-      if (!r.serves(Op::prefill)) continue;
-      BuiltinRouteUse u{r.route, {}, false, true};
-      if (n > 0) u.batches.push_back({1, static_cast<int64_t>(n)});
+    for (const auto& [route, v] : at) {
+      BuiltinRouteUse u{route, {}, false, true};
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i]) continue;
+        const auto b = static_cast<int64_t>(i + 1);
+        if (!u.batches.empty() && u.batches.back().second + 1 == b) u.batches.back().second = b;
+        else u.batches.push_back({b, b});
+      }
       uses.push_back(std::move(u));
     }
     return uses;

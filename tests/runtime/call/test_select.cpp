@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -97,16 +98,25 @@ TEST_CASE("select: prefill calls take no tuned route; a forced one must serve th
   CHECK(back.error().message.find("op prefill is not tuned") != std::string::npos);
 }
 
-TEST_CASE("select: prewarm's route uses keep every prefill route", "[select][prefill]") {
-  const auto uses = builtin_route_uses(prefill(16, 1, 1, 1).family, 132, 64);
-  std::vector<Route> routes;
-  for (const auto& u : uses) {
-    routes.push_back(u.route);
-    CHECK(u.any_length);
-    CHECK_FALSE(u.repeated_slots);
-    CHECK(u.batches == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
-  }
-  CHECK(routes == std::vector<Route>{Route::rowcta, Route::split2, Route::split4, Route::split8});
+TEST_CASE("select: prewarm's route uses of a prefill family are the routes some length picks", "[select][prefill]") {
+  auto uses_of = [](int heads, int sms) {
+    std::map<Route, std::vector<std::pair<int64_t, int64_t>>> out;
+    for (const auto& u : builtin_route_uses(prefill(heads, 1, 1, 1).family, sms, 64)) {
+      CHECK(u.any_length);
+      CHECK_FALSE(u.repeated_slots);
+      out[u.route] = u.batches;
+    }
+    return out;
+  };
+  // H = 16 on 132 SMs: rowcta at every N (short prompts), split4 while 4 x N x 16 <= 132.
+  const auto h16 = uses_of(16, 132);
+  CHECK(h16.size() == 2);
+  CHECK(h16.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+  CHECK(h16.at(Route::split4) == std::vector<std::pair<int64_t, int64_t>>{{1, 2}});
+  // H = 64: 4 x 64 > 132, rowcta only.
+  const auto h64 = uses_of(64, 132);
+  CHECK(h64.size() == 1);
+  CHECK(h64.count(Route::rowcta) == 1);
   for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
 }
 

@@ -23,9 +23,9 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device);
 // of the single op, sequences N of the packed op, each at R = N x T) in
 // [1, max_batch] for which builtin_route() picks it on `sm_count` SMs, as
 // inclusive runs; `repeated_slots` when it serves calls with repeated slots.
-// A prefill family's pick depends on the prompt lengths as well, which no batch
-// size says: every route that serves it is a use, with `any_length` set and
-// batches 1..max_batch.
+// A prefill family's pick depends on the prompt lengths as well: its uses
+// have `any_length` set and the sequence counts N at which some prompt length
+// picks the route.
 struct BuiltinRouteUse {
   Route route = Route::rowcta;
   std::vector<std::pair<int64_t, int64_t>> batches;
