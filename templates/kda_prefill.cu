@@ -298,8 +298,8 @@ __device__ __forceinline__ void scaled_operands(const Smem& sm) {
   if (threadIdx.x < kD) sm.gammaC()[threadIdx.x] = __expf(G[(kC - 1) * kD + threadIdx.x]);
 }
 
-// Step 3, diagonal blocks: pairs (t, s) of one sub-chunk, s <= t, one
-// exponential per element; the warp splits k over its lanes (4 each).
+// Step 3 for a strong decay, diagonal blocks: pairs (t, s) of one sub-chunk,
+// s <= t, one exponential per element; the warp splits k over its lanes (4 each).
 __device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* G = sm.G();
@@ -338,71 +338,16 @@ __device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
   }
 }
 
-// Step 3, off-diagonal blocks (i, j), j < i: warp w < 6 takes one. Rows t of
-// sub-chunk i, columns s of sub-chunk j, B = G of row 16 i - 1 (the last row
-// before sub-chunk i): A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - B_k}] [k_sk e^{B_k - G_sk}],
-// M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - B_k}] [k_sk e^{B_k - G_sk}].
-__device__ __forceinline__ void offdiagonal_blocks(const Smem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp >= kSubs * (kSubs - 1) / 2) return;
-  const int i = warp < 1 ? 1 : warp < 3 ? 2 : 3;  // pairs (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
-  const int j = warp - (i * (i - 1) / 2);
-  const int g = lane >> 2, q = lane & 3;
-  const float* G = sm.G();
-  const float* B = G + (kSub * i - 1) * kD;
-  const int t0 = kSub * i + g, t1 = t0 + 8;
-  float ca[2][4] = {}, cm[2][4] = {};
-  for (int kk = 0; kk < kD / 8; ++kk) {
-    const int k = 8 * kk + 2 * q;
-    const float b0 = B[k], b1 = B[k + 1];
-    // A fragments (rows t0, t1; columns k, k + 1).
-    float el[2][2];
-    el[0][0] = __expf(G[t0 * kD + k] - b0);
-    el[0][1] = __expf(G[t0 * kD + k + 1] - b1);
-    el[1][0] = __expf(G[t1 * kD + k] - b0);
-    el[1][1] = __expf(G[t1 * kD + k + 1] - b1);
-    const unsigned short* mq = sm.mq();
-    const unsigned short* mk = sm.mk();
-    const unsigned qa0 = to_tf32(bf16_to_f32(mq[t0 * kD + k]) * el[0][0]);
-    const unsigned qa2 = to_tf32(bf16_to_f32(mq[t0 * kD + k + 1]) * el[0][1]);
-    const unsigned qa1 = to_tf32(bf16_to_f32(mq[t1 * kD + k]) * el[1][0]);
-    const unsigned qa3 = to_tf32(bf16_to_f32(mq[t1 * kD + k + 1]) * el[1][1]);
-    const unsigned ka0 = to_tf32(bf16_to_f32(mk[t0 * kD + k]) * el[0][0]);
-    const unsigned ka2 = to_tf32(bf16_to_f32(mk[t0 * kD + k + 1]) * el[0][1]);
-    const unsigned ka1 = to_tf32(bf16_to_f32(mk[t1 * kD + k]) * el[1][0]);
-    const unsigned ka3 = to_tf32(bf16_to_f32(mk[t1 * kD + k + 1]) * el[1][1]);
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int s = kSub * j + 8 * nt + g;
-      const unsigned kb0 = to_tf32(bf16_to_f32(mk[s * kD + k]) * __expf(b0 - G[s * kD + k]));
-      const unsigned kb1 = to_tf32(bf16_to_f32(mk[s * kD + k + 1]) * __expf(b1 - G[s * kD + k + 1]));
-      mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
-      mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
-    }
-  }
-  const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
-  const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int s = kSub * j + 8 * nt + 2 * q + e;
-      const float rks = sm.rk()[s];
-      sm.A()[t0 * kLdT + s] = tf32_round(ca[nt][e] * rq0 * rks);
-      sm.A()[t1 * kLdT + s] = tf32_round(ca[nt][2 + e] * rq1 * rks);
-      sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
-      sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
-    }
-}
-
 // Step 3 in one pass on the tensor cores, for a chunk whose gates decay
 // little inside each sub-chunk: with R_i = G of row 16 i + 7 (the middle of
 // sub-chunk i), every pair (t, s <= t) with t in sub-chunk i factors as
 // e^{G_t - R_i} e^{R_i - G_s}. Across sub-chunks both factors are <= 1; inside
 // one, |G - R_i| is at most the decay over 8 tokens, which
 // factored_blocks_safe() bounds by kMaxHalfSpan, so no factor overflows or
-// loses a term to the flush of a denormal. Warp w takes the blocks (i, j <= i)
-// w and w + 8 of the 10.
+// loses a term to the flush of a denormal. Otherwise (a strong decay inside
+// a sub-chunk) the diagonal blocks take one exponential per element
+// (diagonal_blocks) and the blocks below them are factored through the last
+// row before sub-chunk i, where both factors are <= 1.
 enum : int { kMaxHalfSpan = 60 };
 __device__ __forceinline__ bool factored_blocks_safe(const Smem& sm) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
@@ -417,60 +362,78 @@ __device__ __forceinline__ bool factored_blocks_safe(const Smem& sm) {
   return ok;
 }
 
-__device__ __forceinline__ void factored_blocks(const Smem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q = lane & 3;
+// Block (i, j <= i) of A and M on one warp, every pair (t, s) factored through
+// the reference row R of G: A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}],
+// M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}]. The
+// caller picks R so that no factor overflows. Above the diagonal A is zero (the
+// A Δ product reads whole 8 x 8 tiles); M there is never read.
+__device__ __forceinline__ void factored_block(const Smem& sm, int i, int j, const float* R) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const float* G = sm.G();
   const unsigned short* mq = sm.mq();
   const unsigned short* mk = sm.mk();
-  for (int task = warp; task < kSubs * (kSubs + 1) / 2; task += kWarps) {
-    const int i = task < 1 ? 0 : task < 3 ? 1 : task < 6 ? 2 : 3;  // (0,0) (1,0) (1,1) (2,0) .. (3,3)
-    const int j = task - i * (i + 1) / 2;
-    const float* R = G + (kSub * i + 7) * kD;
-    const int t0 = kSub * i + g, t1 = t0 + 8;
-    float ca[2][4] = {}, cm[2][4] = {};
-    // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte load of G.
-    auto pair_bf16 = [](const unsigned short* row, int k) { return *reinterpret_cast<const unsigned*>(row + k); };
-    auto pair_f32 = [](const float* row, int k) { return *reinterpret_cast<const float2*>(row + k); };
+  const int t0 = kSub * i + g, t1 = t0 + 8;
+  float ca[2][4] = {}, cm[2][4] = {};
+  // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte load of G.
+  auto pair_bf16 = [](const unsigned short* row, int k) { return *reinterpret_cast<const unsigned*>(row + k); };
+  auto pair_f32 = [](const float* row, int k) { return *reinterpret_cast<const float2*>(row + k); };
 #pragma unroll 4
-    for (int kk = 0; kk < kD / 8; ++kk) {
-      const int k = 8 * kk + 2 * q;
-      const float2 r = pair_f32(R, k);
-      const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
-      const float e00 = __expf(g0.x - r.x), e01 = __expf(g0.y - r.y);
-      const float e10 = __expf(g1.x - r.x), e11 = __expf(g1.y - r.y);
-      const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
-      const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
-      const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
-      const unsigned qa1 = to_tf32(bf16lo_to_f32(q1w) * e10), qa3 = to_tf32(bf16hi_to_f32(q1w) * e11);
-      const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
-      const unsigned ka1 = to_tf32(bf16lo_to_f32(k1w) * e10), ka3 = to_tf32(bf16hi_to_f32(k1w) * e11);
+  for (int kk = 0; kk < kD / 8; ++kk) {
+    const int k = 8 * kk + 2 * q;
+    const float2 r = pair_f32(R, k);
+    const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
+    const float e00 = __expf(g0.x - r.x), e01 = __expf(g0.y - r.y);
+    const float e10 = __expf(g1.x - r.x), e11 = __expf(g1.y - r.y);
+    const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
+    const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
+    const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
+    const unsigned qa1 = to_tf32(bf16lo_to_f32(q1w) * e10), qa3 = to_tf32(bf16hi_to_f32(q1w) * e11);
+    const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
+    const unsigned ka1 = to_tf32(bf16lo_to_f32(k1w) * e10), ka3 = to_tf32(bf16hi_to_f32(k1w) * e11);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int s = kSub * j + 8 * nt + g;
-        const unsigned sw = pair_bf16(mk + s * kD, k);
-        const float2 gs = pair_f32(G + s * kD, k);
-        const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * __expf(r.x - gs.x));
-        const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * __expf(r.y - gs.y));
-        mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
-        mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
-      }
+    for (int nt = 0; nt < 2; ++nt) {
+      const int s = kSub * j + 8 * nt + g;
+      const unsigned sw = pair_bf16(mk + s * kD, k);
+      const float2 gs = pair_f32(G + s * kD, k);
+      const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * __expf(r.x - gs.x));
+      const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * __expf(r.y - gs.y));
+      mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
+      mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
     }
-    const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
-    const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
+  }
+  const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
+  const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+  for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int s = kSub * j + 8 * nt + 2 * q + e;
-        const float rks = sm.rk()[s];
-        // Above the diagonal A is zero (the A Δ product reads whole 8 x 8 tiles);
-        // M there is never read.
-        sm.A()[t0 * kLdT + s] = s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f;
-        sm.A()[t1 * kLdT + s] = s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f;
-        sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
-        sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
-      }
+    for (int e = 0; e < 2; ++e) {
+      const int s = kSub * j + 8 * nt + 2 * q + e;
+      const float rks = sm.rk()[s];
+      sm.A()[t0 * kLdT + s] = s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f;
+      sm.A()[t1 * kLdT + s] = s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f;
+      sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
+      sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
+    }
+}
+
+// Blocks (i, j) of A and M, j < i with `below_only`, else j <= i, warp w
+// taking blocks w, w + 8, ... in the order (0,0) (1,0) (1,1) (2,0) ..; the
+// reference row is the middle of sub-chunk i (row 16 i + 7) for the whole
+// factored pass, the last row before it (16 i - 1) for the blocks below the
+// diagonal alone (both factors <= 1 there).
+__device__ __forceinline__ void factored_blocks(const Smem& sm, bool below_only) {
+  const int warp = threadIdx.x >> 5;
+  const int tasks = below_only ? kSubs * (kSubs - 1) / 2 : kSubs * (kSubs + 1) / 2;
+  for (int task = warp; task < tasks; task += kWarps) {
+    // The task-th block, row by row: row i holds i blocks below the diagonal (+1 with it).
+    int i = below_only ? 1 : 0, first = 0;
+    while (task >= first + (below_only ? i : i + 1)) {
+      first += below_only ? i : i + 1;
+      ++i;
+    }
+    const int j = task - first;
+    const int ref_row = below_only ? kSub * i - 1 : kSub * i + 7;
+    factored_block(sm, i, j, sm.G() + ref_row * kD);
   }
 }
 
@@ -816,10 +779,10 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     const bool factored = __syncthreads_and(safe);
     scaled_operands(sm);
     if (factored) {
-      factored_blocks(sm);
+      factored_blocks(sm, false);
     } else {
       diagonal_blocks(sm);
-      offdiagonal_blocks(sm);
+      factored_blocks(sm, true);
     }
     __syncthreads();
     invert(sm);
