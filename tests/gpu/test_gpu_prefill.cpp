@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -121,6 +122,10 @@ struct PrefillSpec {
   std::vector<int32_t> qsl;
   int total_rows = 0;
   float norm_eps = 1e-5f;
+  // A strong decay: the bounded gate's bound, and a shift added to every A_log
+  // (A = exp(A_log)) after the §8 draw.
+  float lower_bound = -5.f;
+  float a_log_shift = 0.f;
   uint64_t seed = 1;
 
   std::string key_name(std::string_view route) const {
@@ -209,6 +214,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   ps.null_rows = static_cast<int>(rows);  // the single op's slots: none live, so S stays small
   ps.num_slots = static_cast<int>(S);
   ps.norm_eps = s.norm_eps;
+  ps.lower_bound = s.lower_bound;
   ps.row_pad = 8;
   ps.slot_pad = 8;
   ps.seed = s.seed;
@@ -216,6 +222,16 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   if (!made) FAIL("Problem::make: " << made.error().message);
 
   PrefillProblem p{std::move(made).value(), {}, {}, {}, 0};
+  if (s.a_log_shift != 0.f) {
+    auto& a_log = p.tensors.bytes(Tensor::A_log);
+    for (size_t i = 0; i + sizeof(float) <= a_log.size(); i += sizeof(float)) {
+      float v;
+      std::memcpy(&v, a_log.data() + i, sizeof v);
+      v += s.a_log_shift;
+      std::memcpy(a_log.data() + i, &v, sizeof v);
+    }
+    p.tensors.snapshot();
+  }
   // Live slots from a shuffled pool of 1..S-1; null ones 0, -1, INT32_MIN;
   // out-of-range ones S, S+1, INT32_MAX.
   std::vector<int32_t> pool(static_cast<size_t>(S - 1));
@@ -652,6 +668,22 @@ TEST_CASE("prefill: the selector's route with max_seq_len 0 and a hint below the
       CHECK(key.rfind("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_", 0) == 0);
     }
     run_and_compare(runtime(), expected, p, fmt::format("max_seq_len {} (longest sequence 1000), {}", hint, key), hint);
+  }
+}
+
+// A decay strong enough that a sub-chunk's half decays by more than the
+// factored pass allows (docs/DESIGN.md "Prefill"): the kernel takes one
+// exponential per element for the diagonal blocks of A and M. Bounded gate:
+// lower_bound -20 (up to 8 x 20 over half a sub-chunk); softplus: A_log + 3.
+TEST_CASE("prefill: a strong decay (the per-element path for A and M), every route", "[gpu][prefill]") {
+  for (auto g : {KDAJIT_GATE_BOUNDED, KDAJIT_GATE_SOFTPLUS}) {
+    PrefillSpec s = ragged_spec(16, g == KDAJIT_GATE_BOUNDED ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16, KDAJIT_CONV_SD,
+                                g, 6900 + g);
+    s.seqs = {{200, Slot::live, 1}, {64, Slot::live, 0}, {17, Slot::live, 1}};
+    if (g == KDAJIT_GATE_BOUNDED) s.lower_bound = -20.f;
+    else s.a_log_shift = 3.f;
+    INFO("gate " << gate_name(g));
+    check_routes(s, {"rowcta", "split2", "split4", "split8"});
   }
 }
 
