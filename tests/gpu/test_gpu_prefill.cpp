@@ -129,38 +129,14 @@ struct PrefillSpec {
   }
 };
 
-// One prefill call on the host. A single-op problem of T_total rows supplies
-// the tensors (§8 data, NaN padding, poisoned output; its own state_indices
-// are all null and play no part); the call's metadata lives beside it.
+// One prefill call on the host: the tensors and the call's metadata
+// (ref::PrefillMeta; initial empty: has_initial_state is passed empty).
 struct PrefillProblem {
   Problem tensors;
-  std::vector<int32_t> slots, qsl, initial;  // initial empty: has_initial_state is passed empty
-  int32_t oob_sequences = 0;                 // sequences whose slot is >= S (what oob_counter counts)
+  ref::PrefillMeta meta;
+  int32_t oob_sequences = 0;  // sequences whose slot is >= S (what oob_counter counts)
 
-  ref::PrefillArgs host_args() {
-    const kdajit_decode_args_t a = tensors.args();
-    ref::PrefillArgs f;
-    f.x = a.x;
-    f.conv_weight = a.conv_weight;
-    f.conv_state = a.conv_state;
-    f.raw_gate = a.raw_gate;
-    f.raw_beta = a.raw_beta;
-    f.A_log = a.A_log;
-    f.dt_bias = a.dt_bias;
-    f.state = a.state;
-    f.output_gate = a.output_gate;
-    f.norm_weight = a.norm_weight;
-    f.output = a.output;
-    f.gate = a.gate;
-    f.lower_bound = a.lower_bound;
-    f.norm_eps = a.norm_eps;
-    f.state_indices = dense_tensor_view(slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(slots.size())});
-    f.query_start_loc = dense_tensor_view(qsl.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(qsl.size())});
-    f.has_initial_state = initial.empty() ? dense_tensor_view(nullptr, KDAJIT_DTYPE_INT32, {0})
-                                          : dense_tensor_view(initial.data(), KDAJIT_DTYPE_INT32,
-                                                              {static_cast<int64_t>(initial.size())});
-    return f;
-  }
+  ref::PrefillArgs host_args() const { return ref::prefill_args(tensors, meta); }
 
   void run_reference() {
     Status s = ref::prefill(host_args());
@@ -215,7 +191,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   auto made = Problem::make(ps);
   if (!made) FAIL("Problem::make: " << made.error().message);
 
-  PrefillProblem p{std::move(made).value(), {}, {}, {}, 0};
+  PrefillProblem p{std::move(made).value(), {}, 0};
   // Live slots from a shuffled pool of 1..S-1; null ones 0, -1, INT32_MIN;
   // out-of-range ones S, S+1, INT32_MAX.
   std::vector<int32_t> pool(static_cast<size_t>(S - 1));
@@ -228,21 +204,21 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
     static constexpr int32_t kNull[] = {0, -1, INT32_MIN};
     const int32_t oob = oobs % 3 == 2 ? INT32_MAX : static_cast<int32_t>(S + oobs % 3);
     switch (q.slot) {
-      case Slot::live: p.slots.push_back(pool[next++]); break;
-      case Slot::null: p.slots.push_back(kNull[nulls++ % 3]); break;
-      case Slot::oob: p.slots.push_back(oob); ++oobs; break;
+      case Slot::live: p.meta.slots.push_back(pool[next++]); break;
+      case Slot::null: p.meta.slots.push_back(kNull[nulls++ % 3]); break;
+      case Slot::oob: p.meta.slots.push_back(oob); ++oobs; break;
     }
   }
   if (s.qsl.empty()) {
-    p.qsl.push_back(0);
-    for (const auto& q : s.seqs) p.qsl.push_back(p.qsl.back() + q.len);
+    p.meta.qsl.push_back(0);
+    for (const auto& q : s.seqs) p.meta.qsl.push_back(p.meta.qsl.back() + q.len);
   } else {
-    p.qsl = s.qsl;
-    REQUIRE(static_cast<int64_t>(p.qsl.size()) == N + 1);
+    p.meta.qsl = s.qsl;
+    REQUIRE(static_cast<int64_t>(p.meta.qsl.size()) == N + 1);
   }
-  for (int32_t slot : p.slots) p.oob_sequences += slot >= S;
+  for (int32_t slot : p.meta.slots) p.oob_sequences += slot >= S;
   if (!s.initial_empty)
-    for (const auto& q : s.seqs) p.initial.push_back(q.initial);
+    for (const auto& q : s.seqs) p.meta.initial.push_back(q.initial);
   return p;
 }
 
@@ -283,15 +259,19 @@ class DeviceInts {
 class DevicePrefill {
  public:
   explicit DevicePrefill(PrefillProblem& p)
-      : dev_(p.tensors), slots_(p.slots), qsl_(p.qsl), initial_(p.initial), empty_initial_(p.initial.empty()) {
+      : dev_(p.tensors),
+        slots_(p.meta.slots),
+        qsl_(p.meta.qsl),
+        initial_(p.meta.initial),
+        empty_initial_(p.meta.initial.empty()) {
     KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());  // the metadata copies land before any launch
   }
 
   // Another call's metadata (same N) on the same device tensors.
   void set_metadata(const PrefillProblem& p) {
-    slots_.upload(p.slots);
-    qsl_.upload(p.qsl);
-    if (!empty_initial_) initial_.upload(p.initial);
+    slots_.upload(p.meta.slots);
+    qsl_.upload(p.meta.qsl);
+    if (!empty_initial_) initial_.upload(p.meta.initial);
     KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
@@ -323,9 +303,9 @@ class DevicePrefill {
   // The written tensors into p; the metadata must still be p's (inputs are read only).
   void download(PrefillProblem& p) {
     dev_.download(p.tensors);
-    CHECK(slots_.download() == p.slots);
-    CHECK(qsl_.download() == p.qsl);
-    CHECK(initial_.download() == p.initial);
+    CHECK(slots_.download() == p.meta.slots);
+    CHECK(qsl_.download() == p.meta.qsl);
+    CHECK(initial_.download() == p.meta.initial);
   }
 
   test::DeviceProblem& tensors() { return dev_; }
@@ -506,7 +486,7 @@ TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]"
     PrefillProblem stepwise = p;
     {
       test::DeviceProblem dev(stepwise.tensors);
-      DeviceInts slot(std::vector<int32_t>{p.slots[0]});
+      DeviceInts slot(std::vector<int32_t>{p.meta.slots[0]});
       KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
       const kdajit_decode_args_t whole = dev.args();
       auto row = [](kdajit_tensor_t t, int64_t r) {
@@ -563,9 +543,9 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
         const std::string what = fmt::format("route {}, split at token {}", route, split);
         INFO(what);
         PrefillProblem first = p, second = p;
-        first.qsl = {0, split};  // rows from `split` on: past qsl[N], zeros
-        second.qsl = {split, kTokens};  // rows below `split`: below qsl[0], zeros
-        second.initial = {1};
+        first.meta.qsl = {0, split};  // rows from `split` on: past qsl[N], zeros
+        second.meta.qsl = {split, kTokens};  // rows below `split`: below qsl[0], zeros
+        second.meta.initial = {1};
         PrefillProblem two = p;
         DevicePrefill dev(first);
         REQUIRE(launch(runtime_for(route), dev.args()).ok());

@@ -129,6 +129,19 @@ class Problem {
   std::shared_ptr<const std::vector<std::vector<std::byte>>> initial_;
 };
 
+// A prefill call over a Problem: a single-op problem of T_total rows supplies
+// the tensors (§8 data, NaN padding, poisoned output; its own state_indices are
+// all null and play no part), the call's own metadata lives here.
+struct PrefillMeta {
+  std::vector<int32_t> slots;    // state_indices [N]: a slot per sequence
+  std::vector<int32_t> qsl;      // query_start_loc [N+1]
+  std::vector<int32_t> initial;  // has_initial_state [N]; empty: passed empty (every sequence starts from its slot)
+};
+// The prefill args of that call: the problem's tensors and scalars, and host
+// views of meta's vectors (the reference only reads them; both must outlive
+// the args).
+PrefillArgs prefill_args(const Problem& p, const PrefillMeta& meta);
+
 // Spec section 8 tolerances.
 struct Tolerances {
   double output_rel_l2 = 1e-2;
