@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
@@ -25,8 +23,9 @@
 
 using namespace kdajit;
 using kdajit::ref::Problem;
-using kdajit::ref::ProblemSpec;
 using kdajit::ref::Tensor;
+// The harness: make_runtime, runtime, runtime_for, stream, device_arch, DeviceProblem.
+using namespace kdajit::test;
 
 namespace {
 
@@ -41,56 +40,6 @@ ref::Tolerances prefill_tolerances() {
   t.state_f32_rel_l2 = 2e-3;
   t.state_bf16_rel_l2 = 8e-3;
   return t;
-}
-
-std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& opts) {
-  std::unique_ptr<Runtime> r;
-  Outcome o = Runtime::create(opts, &r);
-  if (!o) {
-    fmt::print(stderr, "kdajit runtime: {}\n", o.message);
-    std::abort();
-  }
-  return r;
-}
-
-// The selector's runtime (built-in bands: no tune table is consulted).
-Runtime& runtime() {
-  static std::unique_ptr<Runtime> rt = [] {
-    RuntimeOptions opts;
-    opts.use_tuning = false;
-    return make_runtime(opts);
-  }();
-  return *rt;
-}
-
-// A runtime whose every call runs `route` (options.route).
-Runtime& runtime_for(std::string_view route) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<Runtime>, std::less<>> rts;
-  std::lock_guard lock(mu);
-  auto& rt = rts[std::string(route)];
-  if (!rt) {
-    RuntimeOptions opts;
-    opts.route = std::string(route);
-    rt = make_runtime(opts);
-  }
-  return *rt;
-}
-
-cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t st = nullptr;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    return st;
-  }();
-  return s;
-}
-
-Arch device_arch() {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return Arch::sm_90;
-  auto a = arch_for_compute_capability(prop.major, prop.minor);
-  return a ? *a : Arch::sm_90;
 }
 
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
@@ -174,7 +123,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   for (const auto& q : s.seqs) live += q.slot == Slot::live;
   const int64_t S = live + 4;  // the null slot, one per live sequence, three spares nobody writes
 
-  ProblemSpec ps;
+  ref::ProblemSpec ps;
   ps.op = KDAJIT_OP_SINGLE;
   ps.heads = s.heads;
   ps.state_dtype = s.state_dtype;
