@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "catch.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit/kernel_key.hpp"
 
@@ -130,5 +131,33 @@ class HostArena {
  private:
   std::vector<unsigned char> storage_;
 };
+
+// A call placed in a real host buffer (sized by a dry run of Build), so that
+// "wrote nothing" can be checked.
+template <class Config, class Args, Args (*Build)(const Config&, uintptr_t, size_t*)>
+struct HostPlacedCall {
+  Config cfg;
+  HostArena arena;
+  Args args;
+  explicit HostPlacedCall(const Config& c) : cfg(c), arena(bytes_for(c)), args(Build(c, arena.base(), nullptr)) {}
+
+  static size_t bytes_for(const Config& c) {
+    size_t n = 0;
+    (void)Build(c, 0, &n);
+    return n;
+  }
+  // validate(args), checking that neither the args struct nor the buffers changed.
+  template <class Validate>
+  auto validate_untouched(Validate validate) const {
+    Args before;
+    std::memcpy(&before, &args, sizeof before);
+    const std::vector<unsigned char> bytes = arena.bytes();
+    auto r = validate(args);
+    CHECK(std::memcmp(&before, &args, sizeof before) == 0);
+    CHECK(arena.bytes() == bytes);
+    return r;
+  }
+};
+using HostCall = HostPlacedCall<CallConfig, kdajit_decode_args_t, build_args>;
 
 }  // namespace kdajit::test

@@ -37,4 +37,6 @@ inline kdajit_prefill_args_t build_prefill_args(const PrefillConfig& c, uintptr_
   return a;
 }
 
+using HostPrefill = HostPlacedCall<PrefillConfig, kdajit_prefill_args_t, build_prefill_args>;
+
 }  // namespace kdajit::test
