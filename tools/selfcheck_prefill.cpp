@@ -92,23 +92,9 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
     KDAJIT_TRY_ASSIGN(auto dev, ref::DeviceProblem::upload(got));
     KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
     DeviceInts ints(*api);
-    const kdajit_decode_args_t& d = dev->args();
     kdajit_prefill_args_t a{};  // no oob_counter, max_seq_len 0 (T_total)
     a.struct_size = sizeof a;
-    a.x = d.x;
-    a.conv_weight = d.conv_weight;
-    a.conv_state = d.conv_state;
-    a.raw_gate = d.raw_gate;
-    a.raw_beta = d.raw_beta;
-    a.A_log = d.A_log;
-    a.dt_bias = d.dt_bias;
-    a.state = d.state;
-    a.output_gate = d.output_gate;
-    a.norm_weight = d.norm_weight;
-    a.output = d.output;
-    a.gate = d.gate;
-    a.lower_bound = d.lower_bound;
-    a.norm_eps = d.norm_eps;
+    ref::copy_shared_fields(dev->args(), a);
     KDAJIT_TRY_ASSIGN(void* slots, ints.upload(h.slots, "state_indices"));
     KDAJIT_TRY_ASSIGN(void* qsl, ints.upload(h.qsl, "query_start_loc"));
     KDAJIT_TRY_ASSIGN(void* initial, ints.upload(h.initial, "has_initial_state"));

@@ -225,25 +225,11 @@ class DevicePrefill {
   }
 
   PrefillArgs args(int64_t max_seq_len = 0, int32_t* oob_counter = nullptr) const {
-    const kdajit_decode_args_t& d = dev_.args();
     PrefillArgs a = default_prefill_args();
-    a.x = d.x;
-    a.conv_weight = d.conv_weight;
-    a.conv_state = d.conv_state;
-    a.raw_gate = d.raw_gate;
-    a.raw_beta = d.raw_beta;
-    a.A_log = d.A_log;
-    a.dt_bias = d.dt_bias;
+    ref::copy_shared_fields(dev_.args(), a);
     a.state_indices = slots_.view();
     a.has_initial_state = initial_.view();
-    a.state = d.state;
-    a.output_gate = d.output_gate;
-    a.norm_weight = d.norm_weight;
-    a.output = d.output;
     a.query_start_loc = qsl_.view();
-    a.gate = d.gate;
-    a.lower_bound = d.lower_bound;
-    a.norm_eps = d.norm_eps;
     a.max_seq_len = max_seq_len;
     a.oob_counter = oob_counter;
     return a;
@@ -351,6 +337,16 @@ PrefillSpec ragged_spec(int heads, kdajit_dtype_t st, kdajit_conv_layout_t cv, k
   return s;
 }
 
+// One live sequence of `tokens` tokens with an initial state, H = 16.
+PrefillSpec one_sequence_spec(int tokens, kdajit_dtype_t st, uint64_t seed) {
+  PrefillSpec s;
+  s.heads = 16;
+  s.state_dtype = st;
+  s.seqs = {{tokens, Slot::live, 1}};
+  s.seed = seed;
+  return s;
+}
+
 std::string base_name(const PrefillSpec& s) {
   return fmt::format("kda_prefill.h{}.state_{}.conv_{}.t{}.gate_{}", s.heads, dtype_name(s.state_dtype),
                      conv_name(s.conv), kChunk, gate_name(s.gate));
@@ -397,11 +393,7 @@ namespace {
 
 // One prompt of 8192 tokens (128 chunks), H = 16: the reference once, two routes.
 void check_long(kdajit_dtype_t st) {
-  PrefillSpec s;
-  s.heads = 16;
-  s.state_dtype = st;
-  s.seqs = {{8192, Slot::live, 1}};
-  s.seed = 6300 + st;
+  const PrefillSpec s = one_sequence_spec(8192, st, 6300 + st);
   check_routes(s, {"rowcta", "split4"});
 }
 
@@ -423,11 +415,7 @@ TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]"
   constexpr int64_t kTokens = 300;
   for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
     INFO("state " << dtype_name(st));
-    PrefillSpec s;
-    s.heads = 16;
-    s.state_dtype = st;
-    s.seqs = {{static_cast<int>(kTokens), Slot::live, 1}};
-    s.seed = 6400 + st;
+    const PrefillSpec s = one_sequence_spec(static_cast<int>(kTokens), st, 6400 + st);
     PrefillProblem p = make_prefill(s);
     PrefillProblem expected = p;
     expected.run_reference();
@@ -476,12 +464,8 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
   constexpr int kTokens = 200;
   for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
     INFO("state " << dtype_name(st));
-    PrefillSpec s;
-    s.heads = 16;
-    s.state_dtype = st;
+    PrefillSpec s = one_sequence_spec(kTokens, st, 6500 + st);
     s.conv = st == KDAJIT_DTYPE_F32 ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
-    s.seqs = {{kTokens, Slot::live, 1}};
-    s.seed = 6500 + st;
     PrefillProblem p = make_prefill(s);
     PrefillProblem expected = p;
     expected.run_reference();

@@ -409,22 +409,8 @@ kdajit_tensor_t int32_view(const std::vector<int32_t>& v) {
 }  // namespace
 
 PrefillArgs prefill_args(const Problem& p, const PrefillMeta& meta) {
-  const kdajit_decode_args_t a = p.args();
   PrefillArgs f;
-  f.x = a.x;
-  f.conv_weight = a.conv_weight;
-  f.conv_state = a.conv_state;
-  f.raw_gate = a.raw_gate;
-  f.raw_beta = a.raw_beta;
-  f.A_log = a.A_log;
-  f.dt_bias = a.dt_bias;
-  f.state = a.state;
-  f.output_gate = a.output_gate;
-  f.norm_weight = a.norm_weight;
-  f.output = a.output;
-  f.gate = a.gate;
-  f.lower_bound = a.lower_bound;
-  f.norm_eps = a.norm_eps;
+  copy_shared_fields(p.args(), f);
   f.state_indices = int32_view(meta.slots);
   f.query_start_loc = int32_view(meta.qsl);
   f.has_initial_state = int32_view(meta.initial);  // empty: shape [0]
