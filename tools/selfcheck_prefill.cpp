@@ -25,39 +25,6 @@ using ref::Tensor;
 constexpr double kOutputRelL2 = 1e-2, kOutputRtol = 3e-2, kOutputAtol = 2e-2;
 constexpr double kStateF32RelL2 = 2e-3, kStateBf16RelL2 = 8e-3;
 
-// A prefill call on the host: a single-op problem of T_total rows supplies the
-// tensors (§8 data, NaN padding, poisoned output; its own state_indices are
-// all null and unused), the call's metadata lives beside it.
-struct HostPrefill {
-  std::vector<int32_t> slots, qsl, initial;
-
-  ref::PrefillArgs args(const Problem& p) const {
-    const kdajit_decode_args_t a = p.args();
-    ref::PrefillArgs f;
-    f.x = a.x;
-    f.conv_weight = a.conv_weight;
-    f.conv_state = a.conv_state;
-    f.raw_gate = a.raw_gate;
-    f.raw_beta = a.raw_beta;
-    f.A_log = a.A_log;
-    f.dt_bias = a.dt_bias;
-    f.state = a.state;
-    f.output_gate = a.output_gate;
-    f.norm_weight = a.norm_weight;
-    f.output = a.output;
-    f.gate = a.gate;
-    f.lower_bound = a.lower_bound;
-    f.norm_eps = a.norm_eps;
-    f.state_indices = dense_tensor_view(const_cast<int32_t*>(slots.data()), KDAJIT_DTYPE_INT32,
-                                        {static_cast<int64_t>(slots.size())});
-    f.query_start_loc = dense_tensor_view(const_cast<int32_t*>(qsl.data()), KDAJIT_DTYPE_INT32,
-                                          {static_cast<int64_t>(qsl.size())});
-    f.has_initial_state = dense_tensor_view(const_cast<int32_t*>(initial.data()), KDAJIT_DTYPE_INT32,
-                                            {static_cast<int64_t>(initial.size())});
-    return f;
-  }
-};
-
 // Device copies of the call's int32 metadata (the tensors are a DeviceProblem's).
 class DeviceInts {
  public:
@@ -80,7 +47,7 @@ class DeviceInts {
   std::vector<CUdeviceptr> ptrs_;
 };
 
-bool slot_written(const HostPrefill& h, int64_t slot) {
+bool slot_written(const ref::PrefillMeta& h, int64_t slot) {
   for (size_t n = 0; n < h.slots.size(); ++n)
     if (h.slots[n] == slot && h.qsl[n + 1] > h.qsl[n]) return true;
   return false;
@@ -98,7 +65,7 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
   const std::vector<int> lens = prefill_check_lengths(seed);
   const auto N = static_cast<int64_t>(lens.size());
   const int64_t total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
-  HostPrefill h;
+  ref::PrefillMeta h;
   h.qsl.push_back(0);
   for (int64_t n = 0; n < N; ++n) {
     h.slots.push_back(static_cast<int32_t>(n + 1));
@@ -119,29 +86,15 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
   spec.seed = seed;
   KDAJIT_TRY_ASSIGN(Problem made, Problem::make(spec));
   Problem expected = made, got = std::move(made);
-  KDAJIT_TRY(ref::prefill(h.args(expected)));
+  KDAJIT_TRY(ref::prefill(ref::prefill_args(expected, h)));
 
   {
     KDAJIT_TRY_ASSIGN(auto dev, ref::DeviceProblem::upload(got));
     KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
     DeviceInts ints(*api);
-    const kdajit_decode_args_t& d = dev->args();
     kdajit_prefill_args_t a{};  // no oob_counter, max_seq_len 0 (T_total)
     a.struct_size = sizeof a;
-    a.x = d.x;
-    a.conv_weight = d.conv_weight;
-    a.conv_state = d.conv_state;
-    a.raw_gate = d.raw_gate;
-    a.raw_beta = d.raw_beta;
-    a.A_log = d.A_log;
-    a.dt_bias = d.dt_bias;
-    a.state = d.state;
-    a.output_gate = d.output_gate;
-    a.norm_weight = d.norm_weight;
-    a.output = d.output;
-    a.gate = d.gate;
-    a.lower_bound = d.lower_bound;
-    a.norm_eps = d.norm_eps;
+    ref::copy_shared_fields(dev->args(), a);
     KDAJIT_TRY_ASSIGN(void* slots, ints.upload(h.slots, "state_indices"));
     KDAJIT_TRY_ASSIGN(void* qsl, ints.upload(h.qsl, "query_start_loc"));
     KDAJIT_TRY_ASSIGN(void* initial, ints.upload(h.initial, "has_initial_state"));

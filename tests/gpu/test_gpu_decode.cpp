@@ -6,8 +6,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -24,60 +22,10 @@ using namespace kdajit;
 using kdajit::ref::Problem;
 using kdajit::ref::ProblemSpec;
 using kdajit::ref::Tensor;
-using kdajit::test::DeviceProblem;
+// The harness: make_runtime, runtime, runtime_for, stream, device_arch, DeviceProblem.
+using namespace kdajit::test;
 
 namespace {
-
-std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& opts) {
-  std::unique_ptr<Runtime> r;
-  Outcome o = Runtime::create(opts, &r);
-  if (!o) {
-    fmt::print(stderr, "kdajit runtime: {}\n", o.message);
-    std::abort();
-  }
-  return r;
-}
-
-// The selector's runtime (built-in bands: no tune table is consulted).
-Runtime& runtime() {
-  static std::unique_ptr<Runtime> rt = [] {
-    RuntimeOptions opts;
-    opts.use_tuning = false;
-    return make_runtime(opts);
-  }();
-  return *rt;
-}
-
-// A runtime whose every call runs `route` (options.route): each route is tested
-// on every shape, whatever the selector would pick.
-Runtime& runtime_for(Route route) {
-  static std::mutex mu;
-  static std::map<Route, std::unique_ptr<Runtime>> rts;
-  std::lock_guard lock(mu);
-  auto& rt = rts[route];
-  if (!rt) {
-    RuntimeOptions opts;
-    opts.route = std::string(to_string(route));
-    rt = make_runtime(opts);
-  }
-  return *rt;
-}
-
-cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t st = nullptr;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    return st;
-  }();
-  return s;
-}
-
-Arch device_arch() {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return Arch::sm_90;
-  auto a = arch_for_compute_capability(prop.major, prop.minor);
-  return a ? *a : Arch::sm_90;
-}
 
 Problem make(const ProblemSpec& spec) {
   auto p = Problem::make(spec);

@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,8 +24,9 @@
 
 using namespace kdajit;
 using kdajit::ref::Problem;
-using kdajit::ref::ProblemSpec;
 using kdajit::ref::Tensor;
+// The harness: make_runtime, runtime, runtime_for, stream, device_arch, DeviceProblem.
+using namespace kdajit::test;
 
 namespace {
 
@@ -42,56 +41,6 @@ ref::Tolerances prefill_tolerances() {
   t.state_f32_rel_l2 = 2e-3;
   t.state_bf16_rel_l2 = 8e-3;
   return t;
-}
-
-std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& opts) {
-  std::unique_ptr<Runtime> r;
-  Outcome o = Runtime::create(opts, &r);
-  if (!o) {
-    fmt::print(stderr, "kdajit runtime: {}\n", o.message);
-    std::abort();
-  }
-  return r;
-}
-
-// The selector's runtime (built-in bands: no tune table is consulted).
-Runtime& runtime() {
-  static std::unique_ptr<Runtime> rt = [] {
-    RuntimeOptions opts;
-    opts.use_tuning = false;
-    return make_runtime(opts);
-  }();
-  return *rt;
-}
-
-// A runtime whose every call runs `route` (options.route).
-Runtime& runtime_for(std::string_view route) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<Runtime>, std::less<>> rts;
-  std::lock_guard lock(mu);
-  auto& rt = rts[std::string(route)];
-  if (!rt) {
-    RuntimeOptions opts;
-    opts.route = std::string(route);
-    rt = make_runtime(opts);
-  }
-  return *rt;
-}
-
-cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t st = nullptr;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    return st;
-  }();
-  return s;
-}
-
-Arch device_arch() {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return Arch::sm_90;
-  auto a = arch_for_compute_capability(prop.major, prop.minor);
-  return a ? *a : Arch::sm_90;
 }
 
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
@@ -134,38 +83,14 @@ struct PrefillSpec {
   }
 };
 
-// One prefill call on the host. A single-op problem of T_total rows supplies
-// the tensors (§8 data, NaN padding, poisoned output; its own state_indices
-// are all null and play no part); the call's metadata lives beside it.
+// One prefill call on the host: the tensors and the call's metadata
+// (ref::PrefillMeta; initial empty: has_initial_state is passed empty).
 struct PrefillProblem {
   Problem tensors;
-  std::vector<int32_t> slots, qsl, initial;  // initial empty: has_initial_state is passed empty
-  int32_t oob_sequences = 0;                 // sequences whose slot is >= S (what oob_counter counts)
+  ref::PrefillMeta meta;
+  int32_t oob_sequences = 0;  // sequences whose slot is >= S (what oob_counter counts)
 
-  ref::PrefillArgs host_args() {
-    const kdajit_decode_args_t a = tensors.args();
-    ref::PrefillArgs f;
-    f.x = a.x;
-    f.conv_weight = a.conv_weight;
-    f.conv_state = a.conv_state;
-    f.raw_gate = a.raw_gate;
-    f.raw_beta = a.raw_beta;
-    f.A_log = a.A_log;
-    f.dt_bias = a.dt_bias;
-    f.state = a.state;
-    f.output_gate = a.output_gate;
-    f.norm_weight = a.norm_weight;
-    f.output = a.output;
-    f.gate = a.gate;
-    f.lower_bound = a.lower_bound;
-    f.norm_eps = a.norm_eps;
-    f.state_indices = dense_tensor_view(slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(slots.size())});
-    f.query_start_loc = dense_tensor_view(qsl.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(qsl.size())});
-    f.has_initial_state = initial.empty() ? dense_tensor_view(nullptr, KDAJIT_DTYPE_INT32, {0})
-                                          : dense_tensor_view(initial.data(), KDAJIT_DTYPE_INT32,
-                                                              {static_cast<int64_t>(initial.size())});
-    return f;
-  }
+  ref::PrefillArgs host_args() const { return ref::prefill_args(tensors, meta); }
 
   void run_reference() {
     Status s = ref::prefill(host_args());
@@ -203,7 +128,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   for (const auto& q : s.seqs) live += q.slot == Slot::live;
   const int64_t S = live + 4;  // the null slot, one per live sequence, three spares nobody writes
 
-  ProblemSpec ps;
+  ref::ProblemSpec ps;
   ps.op = KDAJIT_OP_SINGLE;
   ps.heads = s.heads;
   ps.state_dtype = s.state_dtype;
@@ -221,7 +146,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   auto made = Problem::make(ps);
   if (!made) FAIL("Problem::make: " << made.error().message);
 
-  PrefillProblem p{std::move(made).value(), {}, {}, {}, 0};
+  PrefillProblem p{std::move(made).value(), {}, 0};
   if (s.a_log_shift != 0.f) {
     auto& a_log = p.tensors.bytes(Tensor::A_log);
     for (size_t i = 0; i + sizeof(float) <= a_log.size(); i += sizeof(float)) {
@@ -244,21 +169,21 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
     static constexpr int32_t kNull[] = {0, -1, INT32_MIN};
     const int32_t oob = oobs % 3 == 2 ? INT32_MAX : static_cast<int32_t>(S + oobs % 3);
     switch (q.slot) {
-      case Slot::live: p.slots.push_back(pool[next++]); break;
-      case Slot::null: p.slots.push_back(kNull[nulls++ % 3]); break;
-      case Slot::oob: p.slots.push_back(oob); ++oobs; break;
+      case Slot::live: p.meta.slots.push_back(pool[next++]); break;
+      case Slot::null: p.meta.slots.push_back(kNull[nulls++ % 3]); break;
+      case Slot::oob: p.meta.slots.push_back(oob); ++oobs; break;
     }
   }
   if (s.qsl.empty()) {
-    p.qsl.push_back(0);
-    for (const auto& q : s.seqs) p.qsl.push_back(p.qsl.back() + q.len);
+    p.meta.qsl.push_back(0);
+    for (const auto& q : s.seqs) p.meta.qsl.push_back(p.meta.qsl.back() + q.len);
   } else {
-    p.qsl = s.qsl;
-    REQUIRE(static_cast<int64_t>(p.qsl.size()) == N + 1);
+    p.meta.qsl = s.qsl;
+    REQUIRE(static_cast<int64_t>(p.meta.qsl.size()) == N + 1);
   }
-  for (int32_t slot : p.slots) p.oob_sequences += slot >= S;
+  for (int32_t slot : p.meta.slots) p.oob_sequences += slot >= S;
   if (!s.initial_empty)
-    for (const auto& q : s.seqs) p.initial.push_back(q.initial);
+    for (const auto& q : s.seqs) p.meta.initial.push_back(q.initial);
   return p;
 }
 
@@ -299,38 +224,28 @@ class DeviceInts {
 class DevicePrefill {
  public:
   explicit DevicePrefill(PrefillProblem& p)
-      : dev_(p.tensors), slots_(p.slots), qsl_(p.qsl), initial_(p.initial), empty_initial_(p.initial.empty()) {
+      : dev_(p.tensors),
+        slots_(p.meta.slots),
+        qsl_(p.meta.qsl),
+        initial_(p.meta.initial),
+        empty_initial_(p.meta.initial.empty()) {
     KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());  // the metadata copies land before any launch
   }
 
   // Another call's metadata (same N) on the same device tensors.
   void set_metadata(const PrefillProblem& p) {
-    slots_.upload(p.slots);
-    qsl_.upload(p.qsl);
-    if (!empty_initial_) initial_.upload(p.initial);
+    slots_.upload(p.meta.slots);
+    qsl_.upload(p.meta.qsl);
+    if (!empty_initial_) initial_.upload(p.meta.initial);
     KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   PrefillArgs args(int64_t max_seq_len = 0, int32_t* oob_counter = nullptr) const {
-    const kdajit_decode_args_t& d = dev_.args();
     PrefillArgs a = default_prefill_args();
-    a.x = d.x;
-    a.conv_weight = d.conv_weight;
-    a.conv_state = d.conv_state;
-    a.raw_gate = d.raw_gate;
-    a.raw_beta = d.raw_beta;
-    a.A_log = d.A_log;
-    a.dt_bias = d.dt_bias;
+    ref::copy_shared_fields(dev_.args(), a);
     a.state_indices = slots_.view();
     a.has_initial_state = initial_.view();
-    a.state = d.state;
-    a.output_gate = d.output_gate;
-    a.norm_weight = d.norm_weight;
-    a.output = d.output;
     a.query_start_loc = qsl_.view();
-    a.gate = d.gate;
-    a.lower_bound = d.lower_bound;
-    a.norm_eps = d.norm_eps;
     a.max_seq_len = max_seq_len;
     a.oob_counter = oob_counter;
     return a;
@@ -339,9 +254,9 @@ class DevicePrefill {
   // The written tensors into p; the metadata must still be p's (inputs are read only).
   void download(PrefillProblem& p) {
     dev_.download(p.tensors);
-    CHECK(slots_.download() == p.slots);
-    CHECK(qsl_.download() == p.qsl);
-    CHECK(initial_.download() == p.initial);
+    CHECK(slots_.download() == p.meta.slots);
+    CHECK(qsl_.download() == p.meta.qsl);
+    CHECK(initial_.download() == p.meta.initial);
   }
 
   test::DeviceProblem& tensors() { return dev_; }
@@ -438,6 +353,16 @@ PrefillSpec ragged_spec(int heads, kdajit_dtype_t st, kdajit_conv_layout_t cv, k
   return s;
 }
 
+// One live sequence of `tokens` tokens with an initial state, H = 16.
+PrefillSpec one_sequence_spec(int tokens, kdajit_dtype_t st, uint64_t seed) {
+  PrefillSpec s;
+  s.heads = 16;
+  s.state_dtype = st;
+  s.seqs = {{tokens, Slot::live, 1}};
+  s.seed = seed;
+  return s;
+}
+
 std::string base_name(const PrefillSpec& s) {
   return fmt::format("kda_prefill.h{}.state_{}.conv_{}.t{}.gate_{}", s.heads, dtype_name(s.state_dtype),
                      conv_name(s.conv), kChunk, gate_name(s.gate));
@@ -484,11 +409,7 @@ namespace {
 
 // One prompt of 8192 tokens (128 chunks), H = 16: the reference once, two routes.
 void check_long(kdajit_dtype_t st) {
-  PrefillSpec s;
-  s.heads = 16;
-  s.state_dtype = st;
-  s.seqs = {{8192, Slot::live, 1}};
-  s.seed = 6300 + st;
+  const PrefillSpec s = one_sequence_spec(8192, st, 6300 + st);
   check_routes(s, {"rowcta", "split4"});
 }
 
@@ -510,11 +431,7 @@ TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]"
   constexpr int64_t kTokens = 300;
   for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
     INFO("state " << dtype_name(st));
-    PrefillSpec s;
-    s.heads = 16;
-    s.state_dtype = st;
-    s.seqs = {{static_cast<int>(kTokens), Slot::live, 1}};
-    s.seed = 6400 + st;
+    const PrefillSpec s = one_sequence_spec(static_cast<int>(kTokens), st, 6400 + st);
     PrefillProblem p = make_prefill(s);
     PrefillProblem expected = p;
     expected.run_reference();
@@ -522,7 +439,7 @@ TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]"
     PrefillProblem stepwise = p;
     {
       test::DeviceProblem dev(stepwise.tensors);
-      DeviceInts slot(std::vector<int32_t>{p.slots[0]});
+      DeviceInts slot(std::vector<int32_t>{p.meta.slots[0]});
       KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());
       const kdajit_decode_args_t whole = dev.args();
       auto row = [](kdajit_tensor_t t, int64_t r) {
@@ -563,12 +480,8 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
   constexpr int kTokens = 200;
   for (auto st : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
     INFO("state " << dtype_name(st));
-    PrefillSpec s;
-    s.heads = 16;
-    s.state_dtype = st;
+    PrefillSpec s = one_sequence_spec(kTokens, st, 6500 + st);
     s.conv = st == KDAJIT_DTYPE_F32 ? KDAJIT_CONV_SD : KDAJIT_CONV_DS;
-    s.seqs = {{kTokens, Slot::live, 1}};
-    s.seed = 6500 + st;
     PrefillProblem p = make_prefill(s);
     PrefillProblem expected = p;
     expected.run_reference();
@@ -579,9 +492,9 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
         const std::string what = fmt::format("route {}, split at token {}", route, split);
         INFO(what);
         PrefillProblem first = p, second = p;
-        first.qsl = {0, split};  // rows from `split` on: past qsl[N], zeros
-        second.qsl = {split, kTokens};  // rows below `split`: below qsl[0], zeros
-        second.initial = {1};
+        first.meta.qsl = {0, split};  // rows from `split` on: past qsl[N], zeros
+        second.meta.qsl = {split, kTokens};  // rows below `split`: below qsl[0], zeros
+        second.meta.initial = {1};
         PrefillProblem two = p;
         DevicePrefill dev(first);
         REQUIRE(launch(runtime_for(route), dev.args()).ok());

@@ -6,6 +6,8 @@ reference (the C++ one, through libkdajit_reference_shim.so: docs/CONTRACT.md
 reference also needs the kdajit package and $KDAJIT_REFERENCE_LIB.
 """
 import os
+import tempfile
+import unittest
 
 import torch
 
@@ -300,6 +302,40 @@ def to_device(p, device):
 REFERENCE_LIB_ENV = "KDAJIT_REFERENCE_LIB"
 _reference_fn = None
 _reference_prefill_fn = None
+
+
+def gpu_test_device(fake, cache_prefix):
+    """The device a GPU test module runs on and its kernel cache: "cpu" with the
+    fake device (the module has put the reference in the launcher's place), else
+    "cuda" (unittest.SkipTest where torch sees no CUDA device: the harness
+    reports it as skipped, 77). The process runtime gets a fresh cache directory
+    (every run compiles the keys it needs); keep the returned directory alive."""
+    import kdajit
+    if not fake and not torch.cuda.is_available():
+        raise unittest.SkipTest("torch sees no CUDA device")
+    cache = tempfile.TemporaryDirectory(prefix=cache_prefix)
+    kdajit.configure(cache_dir=cache.name)
+    return ("cpu" if fake else "cuda"), cache
+
+
+def sync_device(fake):
+    """Waits for the GPU's work (nothing to wait for with the fake device)."""
+    if not fake:
+        torch.cuda.synchronize()
+
+
+def run_on_side_stream_and_check(tc, p, what):
+    """p's call on a new CUDA stream that first waits for the current one, then
+    the checks of check(); returns the output."""
+    import kdajit
+    before = snapshot(p)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = p.call(kdajit)
+    s.synchronize()
+    check(tc, p, before, out, what)
+    return out
 
 
 def reference_lib():

@@ -50,49 +50,39 @@ class Layout(unittest.TestCase):
                 desc = getattr(cls, field)
                 self.assertEqual((desc.offset, desc.size), (off, fsize), f"{name}.{field}: (offset, size) ctypes vs C")
 
-    def test_packer_writes_each_field_where_ctypes_reads_it(self):
-        # Distinct values in every slot of the packed bytes, read back through ctypes.
+    def check_packer(self, packer, args_type, tensor_fields, struct_size, pointer_base, scalars):
+        # Distinct values in every slot of the packed bytes, read back through ctypes:
+        # each tensor's pointer (pointer_base + i), the rest of its bytes, then the
+        # scalars (a {field: value} dict in packing order).
         chunk = ctypes.sizeof(_abi.Tensor) - _launch._PTR_BYTES
         values = []
-        for i in range(len(_abi.TENSOR_FIELDS)):
+        for i in range(len(tensor_fields)):
             t = _abi.Tensor()
             t.dtype, t.ndim = i % 3, (i % 4) + 1
             for d in range(4):
                 t.shape[d] = 1000 * i + d
                 t.strides[d] = -(1000 * i + d)
-            values += [0x1000 + i, bytes(t)[_launch._PTR_BYTES:]]
+            values += [pointer_base + i, bytes(t)[_launch._PTR_BYTES:]]
             self.assertEqual(len(values[-1]), chunk)
-        values += [1, -2.5, 0.25, 2, 0xABCDEF]
-        a = _abi.DecodeArgs.from_buffer_copy(_launch._PACKER.pack(0x5151, *values))
-        self.assertEqual(a.struct_size, 0x5151)
-        for i, name in enumerate(_abi.TENSOR_FIELDS):
+        values += list(scalars.values())
+        a = args_type.from_buffer_copy(packer.pack(struct_size, *values))
+        self.assertEqual(a.struct_size, struct_size)
+        for i, name in enumerate(tensor_fields):
             t = getattr(a, name)
-            self.assertEqual((t.data, t.dtype, t.ndim), (0x1000 + i, i % 3, (i % 4) + 1), name)
+            self.assertEqual((t.data, t.dtype, t.ndim), (pointer_base + i, i % 3, (i % 4) + 1), name)
             self.assertEqual(list(t.shape), [1000 * i + d for d in range(4)], name)
             self.assertEqual(list(t.strides), [-(1000 * i + d) for d in range(4)], name)
-        self.assertEqual((a.gate, a.lower_bound, a.norm_eps, a.state_indices_mode, a.oob_counter),
-                         (1, -2.5, 0.25, 2, 0xABCDEF))
+        self.assertEqual({f: getattr(a, f) for f in scalars}, scalars)
 
+    def test_packer_writes_each_field_where_ctypes_reads_it(self):
+        self.check_packer(_launch._PACKER, _abi.DecodeArgs, _abi.TENSOR_FIELDS, 0x5151, 0x1000,
+                          {"gate": 1, "lower_bound": -2.5, "norm_eps": 0.25, "state_indices_mode": 2,
+                           "oob_counter": 0xABCDEF})
 
     def test_prefill_packer_writes_each_field_where_ctypes_reads_it(self):
-        values = []
-        for i in range(len(_abi.PREFILL_TENSOR_FIELDS)):
-            t = _abi.Tensor()
-            t.dtype, t.ndim = i % 3, (i % 4) + 1
-            for d in range(4):
-                t.shape[d] = 1000 * i + d
-                t.strides[d] = -(1000 * i + d)
-            values += [0x2000 + i, bytes(t)[_launch._PTR_BYTES:]]
-        values += [1, -2.5, 0.25, 2**40 + 3, 0xABCDEF]
-        a = _abi.PrefillArgs.from_buffer_copy(_launch._PREFILL_PACKER.pack(0x6161, *values))
-        self.assertEqual(a.struct_size, 0x6161)
-        for i, name in enumerate(_abi.PREFILL_TENSOR_FIELDS):
-            t = getattr(a, name)
-            self.assertEqual((t.data, t.dtype, t.ndim), (0x2000 + i, i % 3, (i % 4) + 1), name)
-            self.assertEqual(list(t.shape), [1000 * i + d for d in range(4)], name)
-            self.assertEqual(list(t.strides), [-(1000 * i + d) for d in range(4)], name)
-        self.assertEqual((a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter),
-                         (1, -2.5, 0.25, 2**40 + 3, 0xABCDEF))
+        self.check_packer(_launch._PREFILL_PACKER, _abi.PrefillArgs, _abi.PREFILL_TENSOR_FIELDS, 0x6161, 0x2000,
+                          {"gate": 1, "lower_bound": -2.5, "norm_eps": 0.25, "max_seq_len": 2**40 + 3,
+                           "oob_counter": 0xABCDEF})
 
     def test_prefill_arguments_map_onto_the_struct_fields(self):
         self.assertEqual(tuple(f for _, f, _, _ in _launch.PREFILL_ARGS), _abi.PREFILL_TENSOR_FIELDS)

@@ -13,7 +13,6 @@ validation of the same args bytes): CI thereby runs this file's problem
 building, mapping and checking logic, which the real GPU run depends on."""
 import itertools
 import os
-import tempfile
 import unittest
 
 import torch
@@ -26,7 +25,6 @@ FAKE = os.environ.get("KDAJIT_TEST_FAKE_DEVICE") == "1"
 NEEDS_CUDA = "needs a CUDA device (KDAJIT_TEST_FAKE_DEVICE=1 runs only the eager and error tests)"
 
 if FAKE:
-    DEV = "cpu"
     def _reference_launch(fn_index, op, args, mapping):
         c = _launch._c or _launch._bind()
         status = c[2](fn_index, args)  # the library's validation, as the real entry points run it
@@ -36,17 +34,12 @@ if FAKE:
 
     _launch._allow_host_tensors = True
     _launch._launch = _reference_launch
-elif not torch.cuda.is_available():
-    raise unittest.SkipTest("torch sees no CUDA device")  # the harness reports it as skipped (77)
-else:
-    DEV = "cuda"
-_CACHE = tempfile.TemporaryDirectory(prefix="kdajit-gpu-tests-")
-kdajit.configure(cache_dir=_CACHE.name)
+
+DEV, _CACHE = kt.gpu_test_device(FAKE, "kdajit-gpu-tests-")
 
 
 def sync():
-    if not FAKE:
-        torch.cuda.synchronize()
+    kt.sync_device(FAKE)
 
 
 def capture(call):
@@ -68,18 +61,6 @@ def run_and_check(tc, p, what):
     before = kt.snapshot(p)
     out = p.call(kdajit)
     sync()
-    kt.check(tc, p, before, out, what)
-    return out
-
-
-def run_on_side_stream_and_check(tc, p, what):
-    """run_and_check on a new stream that first waits for the current one."""
-    before = kt.snapshot(p)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        out = p.call(kdajit)
-    s.synchronize()
     kt.check(tc, p, before, out, what)
     return out
 
@@ -119,7 +100,7 @@ class Eager(unittest.TestCase):
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_side_stream_and_current_device(self):
-        run_on_side_stream_and_check(self, gpu_problem("single", 8, 6, seed=3000), "side stream")
+        kt.run_on_side_stream_and_check(self, gpu_problem("single", 8, 6, seed=3000), "side stream")
 
     def test_second_device(self):
         if FAKE or torch.cuda.device_count() < 2:
@@ -159,7 +140,7 @@ class Hotpath(unittest.TestCase):
             # On a side stream too (the stream is read per call).
             p = make(4003)
             n = self.calls(op)
-            run_on_side_stream_and_check(self, p, f"{op}: side stream, _hotpath")
+            kt.run_on_side_stream_and_check(self, p, f"{op}: side stream, _hotpath")
             self.assertEqual(self.calls(op), n + 1)
 
     def test_a_rejected_call_raises_as_the_python_path_does_and_writes_nothing(self):

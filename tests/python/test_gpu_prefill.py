@@ -10,7 +10,6 @@ KDAJIT_TEST_FAKE_DEVICE=1 runs the eager tests on the CPU with the C++
 reference standing in for the kernels, after the library's own validation of
 the same args bytes. A library built without the prefill op skips the file."""
 import os
-import tempfile
 import unittest
 
 import torch
@@ -26,7 +25,6 @@ _lib = _abi.load()
 if not (hasattr(_lib.lib, "kdajit_prefill_v1") or hasattr(_lib.lib, "kdajit_prefill")):
     raise unittest.SkipTest(f"{_lib.path} has no kdajit_prefill (built without the prefill op)")
 if FAKE:
-    DEV = "cpu"
 
     def _reference_prefill_launch(args, mapping):
         _, validate = _abi.load().prefill_entry_points()
@@ -37,17 +35,12 @@ if FAKE:
 
     _launch._allow_host_tensors = True
     _launch._launch_prefill = _reference_prefill_launch
-elif not torch.cuda.is_available():
-    raise unittest.SkipTest("torch sees no CUDA device")  # the harness reports it as skipped (77)
-else:
-    DEV = "cuda"
-_CACHE = tempfile.TemporaryDirectory(prefix="kdajit-gpu-prefill-tests-")
-kdajit.configure(cache_dir=_CACHE.name)
+
+DEV, _CACHE = kt.gpu_test_device(FAKE, "kdajit-gpu-prefill-tests-")
 
 
 def sync():
-    if not FAKE:
-        torch.cuda.synchronize()
+    kt.sync_device(FAKE)
 
 
 def problem(heads, lengths, **kw):
@@ -102,13 +95,7 @@ class Eager(unittest.TestCase):
     @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_side_stream(self):
         p = problem(8, [70, 10], initial=[1, 1], seed=7300)
-        before = kt.snapshot(p)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            out = p.call(kdajit)
-        s.synchronize()
-        kt.check(self, p, before, out, "side stream")
+        kt.run_on_side_stream_and_check(self, p, "side stream")
 
 
 @unittest.skipIf(FAKE, NEEDS_CUDA)

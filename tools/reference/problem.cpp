@@ -402,4 +402,19 @@ void Problem::snapshot() {
 
 Status Problem::run_reference(Capture* capture) { return decode(spec_.op, args_, capture); }
 
+namespace {
+kdajit_tensor_t int32_view(const std::vector<int32_t>& v) {
+  return dense_tensor_view(const_cast<int32_t*>(v.data()), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(v.size())});
+}
+}  // namespace
+
+PrefillArgs prefill_args(const Problem& p, const PrefillMeta& meta) {
+  PrefillArgs f;
+  copy_shared_fields(p.args(), f);
+  f.state_indices = int32_view(meta.slots);
+  f.query_start_loc = int32_view(meta.qsl);
+  f.has_initial_state = int32_view(meta.initial);  // empty: shape [0]
+  return f;
+}
+
 }  // namespace kdajit::ref

@@ -124,6 +124,20 @@ kdajit::Outcome decode(kdajit_runtime_t* runtime, kdajit::Op op, const kdajit_de
   return op == kdajit::Op::single ? runtime->rt->single_decode(*args, stream) : runtime->rt->packed_decode(*args, stream);
 }
 
+// The defaults both ops' args start from: every byte zero, then their own
+// struct_size, the bounded gate, lower_bound -5, norm_eps 1e-6 and no oob_counter.
+template <class Args>
+Args default_args() {
+  Args a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.gate = KDAJIT_GATE_BOUNDED;
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.oob_counter = nullptr;
+  return a;
+}
+
 }  // namespace
 
 extern "C" {
@@ -176,14 +190,8 @@ kdajit_status_t kdajit_runtime_create(const kdajit_runtime_options_t* given, kda
 void kdajit_runtime_destroy(kdajit_runtime_t* runtime) { delete runtime; }
 
 void kdajit_decode_args_init_v1(kdajit_decode_args_t* args, size_t struct_size) {
-  kdajit_decode_args_t a;
-  std::memset(&a, 0, sizeof a);
-  a.struct_size = sizeof a;
-  a.gate = KDAJIT_GATE_BOUNDED;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
+  kdajit_decode_args_t a = default_args<kdajit_decode_args_t>();
   a.state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
-  a.oob_counter = nullptr;
   kdajit::init_sized(args, struct_size, a);
 }
 
@@ -198,14 +206,8 @@ kdajit_status_t kdajit_packed_decode(kdajit_runtime_t* runtime, const kdajit_dec
 }
 
 void kdajit_prefill_args_init_v1(kdajit_prefill_args_t* args, size_t struct_size) {
-  kdajit_prefill_args_t a;
-  std::memset(&a, 0, sizeof a);
-  a.struct_size = sizeof a;
-  a.gate = KDAJIT_GATE_BOUNDED;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
+  kdajit_prefill_args_t a = default_args<kdajit_prefill_args_t>();
   a.max_seq_len = 0;
-  a.oob_counter = nullptr;
   kdajit::init_sized(args, struct_size, a);
 }
 

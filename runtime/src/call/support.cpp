@@ -79,6 +79,33 @@ kdajit_tensor_t view(Placer& pl, kdajit_dtype_t dtype, std::initializer_list<int
   return t;
 }
 
+// The scalars and views both ops' synthetic args share: R rows, S = 2 slots,
+// K conv taps, placed in the contract's order; place_indices places the op's
+// state_indices (between dt_bias and state).
+template <class Args, class PlaceIndices>
+void place_shared_args(Args& a, Placer& pl, const kdajit_config_t& c, int32_t conv, int64_t R, int64_t K,
+                       PlaceIndices place_indices) {
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.gate = c.gate;
+  const int64_t H = c.heads, S = 2;
+  const int64_t hidden = H * kHeadDim, qkv = 3 * hidden;
+  a.x = view(pl, KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
+  a.conv_weight = view(pl, KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
+  a.conv_state = conv == KDAJIT_CONV_SD ? view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
+                                        : view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
+  a.raw_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.raw_beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
+  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
+  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
+  place_indices(a);
+  a.state = view(pl, c.state_dtype, {S, H, kHeadDim, kHeadDim},
+                 {H * kHeadDim * kHeadDim, kHeadDim * kHeadDim, kHeadDim, 1});
+  a.output_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.norm_weight = view(pl, KDAJIT_DTYPE_F32, {kHeadDim}, {1});
+  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+}
+
 struct SyntheticCall {
   Op op = Op::single;
   kdajit_decode_args_t args{};
@@ -100,27 +127,12 @@ Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, 
   out.op = Op::prefill;
   kdajit_prefill_args_t& a = out.prefill;  // zeroed: no oob_counter, has_initial_state empty
   a.struct_size = sizeof a;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
-  a.gate = c.gate;
   a.max_seq_len = kPrefillChunk;
-  const int64_t H = c.heads, N = rows, R = rows * kPrefillChunk, S = 2, K = kConvWidth - 1;
-  const int64_t hidden = H * kHeadDim, qkv = 3 * hidden;
+  const int64_t N = rows;
   Placer pl;
-  a.x = view(pl, KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
-  a.conv_weight = view(pl, KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
-  a.conv_state = conv == KDAJIT_CONV_SD ? view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
-                                        : view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
-  a.raw_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
-  a.raw_beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
-  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
-  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
-  a.state_indices = view(pl, KDAJIT_DTYPE_INT32, {N}, {1});
-  a.state = view(pl, c.state_dtype, {S, H, kHeadDim, kHeadDim},
-                 {H * kHeadDim * kHeadDim, kHeadDim * kHeadDim, kHeadDim, 1});
-  a.output_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
-  a.norm_weight = view(pl, KDAJIT_DTYPE_F32, {kHeadDim}, {1});
-  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  place_shared_args(a, pl, c, conv, rows * kPrefillChunk, kConvWidth - 1, [&](kdajit_prefill_args_t& args) {
+    args.state_indices = view(pl, KDAJIT_DTYPE_INT32, {N}, {1});
+  });
   a.query_start_loc = view(pl, KDAJIT_DTYPE_INT32, {N + 1}, {1});
   return out;
 }
@@ -143,30 +155,15 @@ Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
     return invalid_argument(fmt::format("rows: expected N in 1..{} (N x T rows must fit in int64 with T = {}), got {}",
                                         INT64_MAX / c.tokens, c.tokens, rows));
   kdajit_decode_args_t& a = out.args;  // zeroed: no oob_counter
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
-  a.gate = c.gate;
   a.state_indices_mode = c.state_indices_mode;
   // Sizes: a negative or huge H or T only shapes the views; validation judges them.
-  const int64_t H = c.heads, T = out.op == Op::single ? 1 : c.tokens;
-  const int64_t N = rows, R = out.op == Op::single ? rows : rows * (T > 0 ? T : 1), S = 2;
-  const int64_t hidden = H * kHeadDim, qkv = 3 * hidden, K = T + kConvWidth - 2;
+  const int64_t T = out.op == Op::single ? 1 : c.tokens;
+  const int64_t N = rows, R = out.op == Op::single ? rows : rows * (T > 0 ? T : 1);
   Placer pl;
-  a.x = view(pl, KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
-  a.conv_weight = view(pl, KDAJIT_DTYPE_F32, {3, kConvWidth, hidden}, {kConvWidth * hidden, hidden, 1});
-  a.conv_state = conv == KDAJIT_CONV_SD ? view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
-                                        : view(pl, KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
-  a.raw_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
-  a.raw_beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
-  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
-  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
-  a.state_indices = out.op == Op::single ? view(pl, KDAJIT_DTYPE_INT32, {R}, {1})
-                                         : view(pl, KDAJIT_DTYPE_INT32, {N, T}, {T, 1});
-  a.state = view(pl, c.state_dtype, {S, H, kHeadDim, kHeadDim},
-                 {H * kHeadDim * kHeadDim, kHeadDim * kHeadDim, kHeadDim, 1});
-  a.output_gate = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
-  a.norm_weight = view(pl, KDAJIT_DTYPE_F32, {kHeadDim}, {1});
-  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  place_shared_args(a, pl, c, conv, R, T + kConvWidth - 2, [&](kdajit_decode_args_t& args) {
+    args.state_indices = out.op == Op::single ? view(pl, KDAJIT_DTYPE_INT32, {R}, {1})
+                                              : view(pl, KDAJIT_DTYPE_INT32, {N, T}, {T, 1});
+  });
   if (out.op == Op::packed) {
     a.query_start_loc = view(pl, KDAJIT_DTYPE_INT32, {N + 1}, {1});
     a.num_accepted_tokens = view(pl, KDAJIT_DTYPE_INT32, {N}, {1});

@@ -272,9 +272,10 @@ Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
 
 // Rule group 2: the sizes, each from the tensor that defines it (after that
 // tensor's pointer, dtype, rank and element alignment).
-Result<Sizes> read_sizes(Op op, const kdajit_decode_args_t& a) {
-  Sizes sz;
-  sz.op = op;
+// H from A_log, R from x and S from state, which the decode and prefill args
+// read alike; x_desc and rows name x's shape and R as the op's contract does.
+template <class Args>
+Status read_shared_sizes(const Args& a, const char* x_desc, const char* rows, Sizes& sz) {
   KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
   sz.H = a.A_log.shape[0];
   if (sz.H < 1)
@@ -284,12 +285,20 @@ Result<Sizes> read_sizes(Op op, const kdajit_decode_args_t& a) {
     return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
                                                      "this build serves), got {}",
                                                      kMaxHeads, shape_of(a.A_log)));
-  KDAJIT_TRY(check_header("x", a.x, kBF16, 2, "[R, 3*H*128]"));
-  KDAJIT_TRY(check_count("x", a.x, 0, "rows R", 1));
+  KDAJIT_TRY(check_header("x", a.x, kBF16, 2, x_desc));
+  KDAJIT_TRY(check_count("x", a.x, 0, rows, 1));
   sz.R = a.x.shape[0];
   KDAJIT_TRY(check_header("state", a.state, kF32 | kBF16, 4, "[S, H, 128, 128]"));
   KDAJIT_TRY(check_count("state", a.state, 0, "slots S", 1));
   sz.S = a.state.shape[0];
+  return {};
+}
+
+// Rule group 2 of the decode ops: H, R, S, then N and T from state_indices.
+Result<Sizes> read_sizes(Op op, const kdajit_decode_args_t& a) {
+  Sizes sz;
+  sz.op = op;
+  KDAJIT_TRY(read_shared_sizes(a, "[R, 3*H*128]", "rows R", sz));
   if (op == Op::packed) {
     KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 2, "[N, T]"));
     KDAJIT_TRY(check_count("state_indices", a.state_indices, 0, "sequences N", 1));
@@ -422,9 +431,11 @@ Result<Layout> check_tensors(const kdajit_decode_args_t& a, const Sizes& sz) {
   return lay;
 }
 
-// The kernel parameter block of a call whose every rule held.
-KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layout& lay) {
-  const bool packed = sz.op == Op::packed;
+// The kernel parameter block of a call whose every rule held: the pointers,
+// strides and sizes the decode and prefill args share; each op sets the rest
+// (query_start_loc, num_accepted, has_initial_state, num_seqs).
+template <class Args>
+KdaParams make_shared_params(const Args& a, const Sizes& sz, const Layout& lay) {
   KdaParams p{};
   p.x = static_cast<const kda_bf16_bits*>(a.x.data);
   p.conv_weight = static_cast<const float*>(a.conv_weight.data);
@@ -438,8 +449,6 @@ KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layo
   p.output_gate = static_cast<const kda_bf16_bits*>(a.output_gate.data);
   p.norm_weight = static_cast<const float*>(a.norm_weight.data);
   p.output = static_cast<kda_bf16_bits*>(a.output.data);
-  p.query_start_loc = packed ? static_cast<const kda_i32*>(a.query_start_loc.data) : nullptr;
-  p.num_accepted = packed ? static_cast<const kda_i32*>(a.num_accepted_tokens.data) : nullptr;
   p.oob_counter = a.oob_counter;
   p.x_row_stride = lay.x_row;
   p.conv_slot_stride = lay.conv_slot;
@@ -449,11 +458,19 @@ KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layo
   p.ogate_row_stride = lay.ogate_row;
   p.out_row_stride = lay.out_row;
   p.rows = static_cast<kda_i32>(sz.R);
-  p.num_seqs = static_cast<kda_i32>(packed ? sz.N : 0);
   p.num_slots = static_cast<kda_i32>(sz.S);
   p.lower_bound = a.lower_bound;
   p.norm_eps = a.norm_eps;
   p.conv_taps = static_cast<kda_i32>(sz.K);
+  return p;
+}
+
+KdaParams make_params(const kdajit_decode_args_t& a, const Sizes& sz, const Layout& lay) {
+  const bool packed = sz.op == Op::packed;
+  KdaParams p = make_shared_params(a, sz, lay);
+  p.query_start_loc = packed ? static_cast<const kda_i32*>(a.query_start_loc.data) : nullptr;
+  p.num_accepted = packed ? static_cast<const kda_i32*>(a.num_accepted_tokens.data) : nullptr;
+  p.num_seqs = static_cast<kda_i32>(packed ? sz.N : 0);
   return p;
 }
 
@@ -477,21 +494,7 @@ Result<Sizes> read_prefill_sizes(const kdajit_prefill_args_t& a) {
   Sizes sz;
   sz.op = Op::prefill;
   sz.T = kPrefillChunk;
-  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
-  sz.H = a.A_log.shape[0];
-  if (sz.H < 1)
-    return invalid_argument(
-        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
-  if (sz.H > kMaxHeads)
-    return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
-                                                     "this build serves), got {}",
-                                                     kMaxHeads, shape_of(a.A_log)));
-  KDAJIT_TRY(check_header("x", a.x, kBF16, 2, "[T_total, 3*H*128]"));
-  KDAJIT_TRY(check_count("x", a.x, 0, "rows T_total", 1));
-  sz.R = a.x.shape[0];
-  KDAJIT_TRY(check_header("state", a.state, kF32 | kBF16, 4, "[S, H, 128, 128]"));
-  KDAJIT_TRY(check_count("state", a.state, 0, "slots S", 1));
-  sz.S = a.state.shape[0];
+  KDAJIT_TRY(read_shared_sizes(a, "[T_total, 3*H*128]", "rows T_total", sz));
   KDAJIT_TRY(check_header("state_indices", a.state_indices, kI32, 1, "[N]"));
   // N + 1 entries of query_start_loc must fit int32 too.
   const int64_t n = a.state_indices.shape[0];
@@ -530,37 +533,12 @@ Result<Layout> check_prefill_tensors(const kdajit_prefill_args_t& a, const Sizes
 }
 
 KdaParams make_prefill_params(const kdajit_prefill_args_t& a, const Sizes& sz, const Layout& lay) {
-  KdaParams p{};
-  p.x = static_cast<const kda_bf16_bits*>(a.x.data);
-  p.conv_weight = static_cast<const float*>(a.conv_weight.data);
-  p.conv_state = static_cast<kda_bf16_bits*>(a.conv_state.data);
-  p.raw_gate = static_cast<const kda_bf16_bits*>(a.raw_gate.data);
-  p.raw_beta = static_cast<const kda_bf16_bits*>(a.raw_beta.data);
-  p.A_log = static_cast<const float*>(a.A_log.data);
-  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
-  p.state_indices = static_cast<const kda_i32*>(a.state_indices.data);
-  p.state = a.state.data;
-  p.output_gate = static_cast<const kda_bf16_bits*>(a.output_gate.data);
-  p.norm_weight = static_cast<const float*>(a.norm_weight.data);
-  p.output = static_cast<kda_bf16_bits*>(a.output.data);
+  KdaParams p = make_shared_params(a, sz, lay);
   p.query_start_loc = static_cast<const kda_i32*>(a.query_start_loc.data);
   p.num_accepted = nullptr;
-  p.oob_counter = a.oob_counter;
   p.has_initial_state =
       is_empty_tensor(a.has_initial_state) ? nullptr : static_cast<const kda_i32*>(a.has_initial_state.data);
-  p.x_row_stride = lay.x_row;
-  p.conv_slot_stride = lay.conv_slot;
-  p.gate_row_stride = lay.gate_row;
-  p.beta_row_stride = lay.beta_row;
-  p.state_slot_stride = lay.state_slot;
-  p.ogate_row_stride = lay.ogate_row;
-  p.out_row_stride = lay.out_row;
-  p.rows = static_cast<kda_i32>(sz.R);
   p.num_seqs = static_cast<kda_i32>(sz.N);
-  p.num_slots = static_cast<kda_i32>(sz.S);
-  p.lower_bound = a.lower_bound;
-  p.norm_eps = a.norm_eps;
-  p.conv_taps = static_cast<kda_i32>(sz.K);
   return p;
 }
 

@@ -49,6 +49,17 @@ void set_raw(E& field, int32_t v) {
 
 std::string last_error() { return kdajit_last_error(); }
 
+// A quiet runtime whose kernel cache is the directory `cache_dir`.
+kdajit_runtime_t* quiet_runtime(const std::string& cache_dir) {
+  kdajit_runtime_options_t o;
+  kdajit_runtime_options_init(&o);
+  o.cache_dir = cache_dir.c_str();
+  o.log_level = KDAJIT_LOG_QUIET;
+  kdajit_runtime_t* rt = nullptr;
+  REQUIRE(kdajit_runtime_create(&o, &rt) == KDAJIT_OK);
+  return rt;
+}
+
 TEST_CASE("c api: the version comes from the project", "[c_api]") {
   CHECK(std::string(kdajit_version()) == KDAJIT_VERSION_STRING);
   CHECK(std::string(KDAJIT_VERSION_STRING) ==
@@ -164,12 +175,7 @@ TEST_CASE("c api: configuration -> keys, sized buffers, pre-warm without a GPU",
 
   const std::string root = (std::filesystem::temp_directory_path() / ("kdajit-capi-" + std::to_string(getpid()))).string();
   std::filesystem::remove_all(root);
-  kdajit_runtime_options_t o;
-  kdajit_runtime_options_init(&o);
-  o.cache_dir = root.c_str();
-  o.log_level = KDAJIT_LOG_QUIET;
-  kdajit_runtime_t* rt = nullptr;
-  REQUIRE(kdajit_runtime_create(&o, &rt) == KDAJIT_OK);
+  kdajit_runtime_t* rt = quiet_runtime(root);
   int32_t compiled = -1;
   CHECK(kdajit_runtime_prewarm(rt, "kda_single.h8.state_bf16.conv_sd.t1.gate_bounded.route_split4.sm_90", &compiled) ==
         KDAJIT_OK);
@@ -407,12 +413,7 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
   CHECK(last_error().find("kdajit_prefill_args_t") != std::string::npos);
 
   const std::string root = (std::filesystem::temp_directory_path() / ("kdajit-capi-pf-" + std::to_string(getpid()))).string();
-  kdajit_runtime_options_t o;
-  kdajit_runtime_options_init(&o);
-  o.cache_dir = root.c_str();
-  o.log_level = KDAJIT_LOG_QUIET;
-  kdajit_runtime_t* rt = nullptr;
-  REQUIRE(kdajit_runtime_create(&o, &rt) == KDAJIT_OK);
+  kdajit_runtime_t* rt = quiet_runtime(root);
   char name[256];
   CHECK(kdajit_selected_key(rt, KDAJIT_OP_PREFILL, &d, nullptr, name, sizeof name) == KDAJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("got KDAJIT_OP_PREFILL") != std::string::npos);

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "catch.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit/kernel_key.hpp"
 
@@ -63,16 +64,20 @@ inline kdajit_tensor_t place(Placer& placer, kdajit_dtype_t dtype, std::initiali
   return t;
 }
 
-// Valid arguments for `c` (when c is inside the contract), placed from `base`.
-inline kdajit_decode_args_t build_args(const CallConfig& c, uintptr_t base, size_t* bytes_used = nullptr) {
+// The tensors and scalars both ops' args share, placed from `p` in the
+// contract's order for a config with heads, state, conv, gate, slots and the
+// paddings (R rows, K conv taps); place_indices places the op's own tensors
+// that stand between dt_bias and state (state_indices, has_initial_state).
+// Every other field is zero.
+template <class Args, class Config, class PlaceIndices>
+Args place_shared_args(const Config& c, Placer& p, int64_t R, int64_t K, PlaceIndices place_indices) {
   constexpr int64_t D = kHeadDim;
-  const int64_t H = c.heads, R = c.rows, S = c.slots, N = c.seqs, T = c.tokens;
-  const int64_t hidden = H * D, qkv = 3 * hidden, K = T + 2;
-  const kdajit_dtype_t bf16 = KDAJIT_DTYPE_BF16, f32 = KDAJIT_DTYPE_F32, i32 = KDAJIT_DTYPE_INT32;
+  const int64_t H = c.heads, S = c.slots;
+  const int64_t hidden = H * D, qkv = 3 * hidden;
+  const kdajit_dtype_t bf16 = KDAJIT_DTYPE_BF16, f32 = KDAJIT_DTYPE_F32;
   const kdajit_dtype_t st = c.state == StateDtype::f32 ? f32 : bf16;
 
-  Placer p(base);
-  kdajit_decode_args_t a;
+  Args a;
   std::memset(&a, 0, sizeof a);
   a.struct_size = sizeof a;
   a.x = place(p, bf16, {R, qkv}, {qkv + c.row_pad, 1});
@@ -84,20 +89,32 @@ inline kdajit_decode_args_t build_args(const CallConfig& c, uintptr_t base, size
   a.raw_beta = place(p, bf16, {R, H}, {H + c.row_pad, 1});
   a.A_log = place(p, f32, {H}, {1});
   a.dt_bias = place(p, f32, {hidden}, {1});
-  a.state_indices = c.op == Op::single ? place(p, i32, {R}, {1}) : place(p, i32, {N, T}, {T, 1});
+  place_indices(a);
   a.state = place(p, st, {S, H, D, D}, {H * D * D + c.state_pad, D * D, D, 1});
   a.output_gate = place(p, bf16, {R, H, D}, {hidden + c.row_pad, D, 1});
   a.norm_weight = place(p, f32, {D}, {1});
   a.output = place(p, bf16, {R, H, D}, {hidden + c.row_pad, D, 1});
+  a.gate = c.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+  a.lower_bound = -5.0f;
+  a.norm_eps = 1e-6f;
+  a.oob_counter = nullptr;
+  return a;
+}
+
+// Valid arguments for `c` (when c is inside the contract), placed from `base`.
+inline kdajit_decode_args_t build_args(const CallConfig& c, uintptr_t base, size_t* bytes_used = nullptr) {
+  const int64_t R = c.rows, N = c.seqs, T = c.tokens;
+  const kdajit_dtype_t i32 = KDAJIT_DTYPE_INT32;
+  Placer p(base);
+  kdajit_decode_args_t a =
+      place_shared_args<kdajit_decode_args_t>(c, p, R, T + 2, [&](kdajit_decode_args_t& args) {
+        args.state_indices = c.op == Op::single ? place(p, i32, {R}, {1}) : place(p, i32, {N, T}, {T, 1});
+      });
   if (c.op == Op::packed) {
     a.query_start_loc = place(p, i32, {N + 1}, {1});
     a.num_accepted_tokens = place(p, i32, {N}, {1});
   }
-  a.gate = c.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
   a.state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
-  a.oob_counter = nullptr;
   if (bytes_used) *bytes_used = p.used();
   return a;
 }
@@ -114,5 +131,33 @@ class HostArena {
  private:
   std::vector<unsigned char> storage_;
 };
+
+// A call placed in a real host buffer (sized by a dry run of Build), so that
+// "wrote nothing" can be checked.
+template <class Config, class Args, Args (*Build)(const Config&, uintptr_t, size_t*)>
+struct HostPlacedCall {
+  Config cfg;
+  HostArena arena;
+  Args args;
+  explicit HostPlacedCall(const Config& c) : cfg(c), arena(bytes_for(c)), args(Build(c, arena.base(), nullptr)) {}
+
+  static size_t bytes_for(const Config& c) {
+    size_t n = 0;
+    (void)Build(c, 0, &n);
+    return n;
+  }
+  // validate(args), checking that neither the args struct nor the buffers changed.
+  template <class Validate>
+  auto validate_untouched(Validate validate) const {
+    Args before;
+    std::memcpy(&before, &args, sizeof before);
+    const std::vector<unsigned char> bytes = arena.bytes();
+    auto r = validate(args);
+    CHECK(std::memcmp(&before, &args, sizeof before) == 0);
+    CHECK(arena.bytes() == bytes);
+    return r;
+  }
+};
+using HostCall = HostPlacedCall<CallConfig, kdajit_decode_args_t, build_args>;
 
 }  // namespace kdajit::test

@@ -23,39 +23,20 @@ struct PrefillConfig {
 };
 
 inline kdajit_prefill_args_t build_prefill_args(const PrefillConfig& c, uintptr_t base, size_t* bytes_used = nullptr) {
-  constexpr int64_t D = kHeadDim;
-  const int64_t H = c.heads, R = c.total, S = c.slots, N = c.seqs, K = c.taps;
-  const int64_t hidden = H * D, qkv = 3 * hidden;
-  const kdajit_dtype_t bf16 = KDAJIT_DTYPE_BF16, f32 = KDAJIT_DTYPE_F32, i32 = KDAJIT_DTYPE_INT32;
-  const kdajit_dtype_t st = c.state == StateDtype::f32 ? f32 : bf16;
-
+  const int64_t N = c.seqs;
+  const kdajit_dtype_t i32 = KDAJIT_DTYPE_INT32;
   Placer p(base);
-  kdajit_prefill_args_t a;
-  std::memset(&a, 0, sizeof a);
-  a.struct_size = sizeof a;
-  a.x = place(p, bf16, {R, qkv}, {qkv + c.row_pad, 1});
-  a.conv_weight = place(p, f32, {3, 4, hidden}, {4 * hidden, hidden, 1});
-  const int64_t conv_slot = qkv * K + c.conv_pad;
-  a.conv_state = c.conv == ConvLayout::sd ? place(p, bf16, {S, qkv, K}, {conv_slot, 1, qkv})
-                                          : place(p, bf16, {S, qkv, K}, {conv_slot, K, 1});
-  a.raw_gate = place(p, bf16, {R, H, D}, {hidden + c.row_pad, D, 1});
-  a.raw_beta = place(p, bf16, {R, H}, {H + c.row_pad, 1});
-  a.A_log = place(p, f32, {H}, {1});
-  a.dt_bias = place(p, f32, {hidden}, {1});
-  a.state_indices = place(p, i32, {N}, {1});
-  if (c.has_initial_state) a.has_initial_state = place(p, i32, {N}, {1});
-  a.state = place(p, st, {S, H, D, D}, {H * D * D + c.state_pad, D * D, D, 1});
-  a.output_gate = place(p, bf16, {R, H, D}, {hidden + c.row_pad, D, 1});
-  a.norm_weight = place(p, f32, {D}, {1});
-  a.output = place(p, bf16, {R, H, D}, {hidden + c.row_pad, D, 1});
+  kdajit_prefill_args_t a =
+      place_shared_args<kdajit_prefill_args_t>(c, p, c.total, c.taps, [&](kdajit_prefill_args_t& args) {
+        args.state_indices = place(p, i32, {N}, {1});
+        if (c.has_initial_state) args.has_initial_state = place(p, i32, {N}, {1});
+      });
   a.query_start_loc = place(p, i32, {N + 1}, {1});
-  a.gate = c.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
   a.max_seq_len = 0;
-  a.oob_counter = nullptr;
   if (bytes_used) *bytes_used = p.used();
   return a;
 }
+
+using HostPrefill = HostPlacedCall<PrefillConfig, kdajit_prefill_args_t, build_prefill_args>;
 
 }  // namespace kdajit::test

@@ -842,37 +842,7 @@ TEST_CASE("reference: invalid arguments are errors naming the argument", "[refer
 
 namespace prefill_test {
 
-// A single-op problem of `rows` rows supplies the tensors; the prefill's own
-// metadata (a slot per sequence, query_start_loc, has_initial_state) lives here.
-struct Meta {
-  std::vector<int32_t> slots, qsl, initial;
-};
-
-PrefillArgs prefill_args(const Problem& p, Meta& m) {
-  const kdajit_decode_args_t a = p.args();
-  PrefillArgs f;
-  f.x = a.x;
-  f.conv_weight = a.conv_weight;
-  f.conv_state = a.conv_state;
-  f.raw_gate = a.raw_gate;
-  f.raw_beta = a.raw_beta;
-  f.A_log = a.A_log;
-  f.dt_bias = a.dt_bias;
-  f.state = a.state;
-  f.output_gate = a.output_gate;
-  f.norm_weight = a.norm_weight;
-  f.output = a.output;
-  f.gate = a.gate;
-  f.lower_bound = a.lower_bound;
-  f.norm_eps = a.norm_eps;
-  f.state_indices = kdajit::dense_tensor_view(m.slots.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.slots.size())});
-  f.query_start_loc = kdajit::dense_tensor_view(m.qsl.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.qsl.size())});
-  f.has_initial_state =
-      kdajit::dense_tensor_view(m.initial.data(), KDAJIT_DTYPE_INT32, {static_cast<int64_t>(m.initial.size())});
-  return f;
-}
-
-void run_prefill(const Problem& p, Meta& m) {
+void run_prefill(const Problem& p, const PrefillMeta& m) {
   const kdajit::Status s = prefill(prefill_args(p, m));
   INFO((s ? std::string() : s.error().message));
   REQUIRE(s.ok());
@@ -933,7 +903,7 @@ TEST_CASE("reference: prefill equals the single op token by token", "[reference]
       Problem chunked = make_problem(spec);
       Problem stepwise = chunked;
       // Two sequences: rows 0..7 on slot 4, rows 8..12 on slot 2.
-      Meta m{{4, 2}, {0, 8, 13}, {1, 1}};
+      PrefillMeta m{{4, 2}, {0, 8, 13}, {1, 1}};
       run_prefill(chunked, m);
       for (int64_t r = 0; r < 13; ++r) single_step(stepwise, r, r < 8 ? 4 : 2);
       INFO("dtype " << dtype << " conv " << conv);
@@ -952,9 +922,9 @@ TEST_CASE("reference: a prefill split into two calls equals one call", "[referen
   for (int split : {1, 5, 9}) {
     Problem one = make_problem(rows_spec(1, 10, KDAJIT_DTYPE_F32, 50));
     Problem two = one;
-    Meta whole{{3}, {0, 10}, {1}};
+    PrefillMeta whole{{3}, {0, 10}, {1}};
     run_prefill(one, whole);
-    Meta first{{3}, {0, split}, {1}}, second{{3}, {split, 10}, {1}};
+    PrefillMeta first{{3}, {0, split}, {1}}, second{{3}, {split, 10}, {1}};
     run_prefill(two, first);
     const Problem after_first = two;
     run_prefill(two, second);
@@ -980,7 +950,7 @@ TEST_CASE("reference: prefill without initial state equals a zeroed slot", "[ref
     const kdajit_tensor_t& cs = zeroed.view(Tensor::conv_state);
     for (int64_t c = 0; c < cs.shape[1]; ++c)
       for (int64_t w = 0; w < 3; ++w) store_bits16(cs, {5, c, w}, 0);
-    Meta no_init{{5}, {0, 6}, {0}}, init{{5}, {0, 6}, {1}};
+    PrefillMeta no_init{{5}, {0, 6}, {0}}, init{{5}, {0, 6}, {1}};
     run_prefill(fresh, no_init);
     run_prefill(zeroed, init);
     CHECK(bitwise_equal(fresh, zeroed));
@@ -995,7 +965,7 @@ TEST_CASE("reference: prefill rows of no live sequence are zeros; their slots ar
   // Row 0 below qsl[0]; a live sequence (rows 1..3, slot 1); an empty one (slot 2);
   // a null slot (rows 4..5); an out-of-range slot (rows 6..7); a live one (rows
   // 8..9, slot 3, no initial state); rows 10..11 past qsl[N].
-  Meta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
+  PrefillMeta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
   run_prefill(p, m);
   for (int64_t r = 0; r < 12; ++r) {
     const bool live = (r >= 1 && r < 4) || (r >= 8 && r < 10);
@@ -1021,7 +991,7 @@ TEST_CASE("reference: the prefill write plan, and compare against it (any conv K
   Problem p = make_problem(spec);
   REQUIRE(p.view(Tensor::conv_state).shape[2] == 5);
   // The sequences of the zero-rows case: live rows 1..3 (slot 1) and 8..9 (slot 3).
-  Meta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
+  PrefillMeta m{{1, 2, 0, 1000, 3}, {1, 4, 4, 6, 8, 10}, {1, 1, 1, 1, 0}};
   auto plan = plan_prefill_writes(prefill_args(p, m));
   REQUIRE(plan.ok());
   CHECK(plan->row_live == std::vector<uint8_t>{0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0});
@@ -1058,7 +1028,7 @@ TEST_CASE("reference: 300 tokens of single steps stay within the prefill's toler
   for (auto dtype : {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}) {
     Problem chunked = make_problem(rows_spec(2, 300, dtype, 90 + dtype));
     Problem stepwise = chunked;
-    Meta m{{3}, {0, 300}, {1}};
+    PrefillMeta m{{3}, {0, 300}, {1}};
     run_prefill(chunked, m);
     for (int64_t r = 0; r < 300; ++r) single_step(stepwise, r, 3);
     auto plan = plan_prefill_writes(prefill_args(chunked, m));

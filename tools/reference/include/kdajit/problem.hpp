@@ -129,6 +129,41 @@ class Problem {
   std::shared_ptr<const std::vector<std::vector<std::byte>>> initial_;
 };
 
+// The tensors and scalars a prefill call takes from decode args `d` (a
+// Problem's host views or a DeviceProblem's device ones), copied into f
+// (ref::PrefillArgs or kdajit_prefill_args_t); the prefill's own metadata
+// (state_indices [N], has_initial_state, query_start_loc) is the caller's.
+template <class PrefillArgsT>
+void copy_shared_fields(const kdajit_decode_args_t& d, PrefillArgsT& f) {
+  f.x = d.x;
+  f.conv_weight = d.conv_weight;
+  f.conv_state = d.conv_state;
+  f.raw_gate = d.raw_gate;
+  f.raw_beta = d.raw_beta;
+  f.A_log = d.A_log;
+  f.dt_bias = d.dt_bias;
+  f.state = d.state;
+  f.output_gate = d.output_gate;
+  f.norm_weight = d.norm_weight;
+  f.output = d.output;
+  f.gate = d.gate;
+  f.lower_bound = d.lower_bound;
+  f.norm_eps = d.norm_eps;
+}
+
+// A prefill call over a Problem: a single-op problem of T_total rows supplies
+// the tensors (§8 data, NaN padding, poisoned output; its own state_indices are
+// all null and play no part), the call's own metadata lives here.
+struct PrefillMeta {
+  std::vector<int32_t> slots;    // state_indices [N]: a slot per sequence
+  std::vector<int32_t> qsl;      // query_start_loc [N+1]
+  std::vector<int32_t> initial;  // has_initial_state [N]; empty: passed empty (every sequence starts from its slot)
+};
+// The prefill args of that call: the problem's tensors and scalars, and host
+// views of meta's vectors (the reference only reads them; both must outlive
+// the args).
+PrefillArgs prefill_args(const Problem& p, const PrefillMeta& meta);
+
 // Spec section 8 tolerances.
 struct Tolerances {
   double output_rel_l2 = 1e-2;
