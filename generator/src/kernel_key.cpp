@@ -91,6 +91,12 @@ Status validate(const KernelKey& k) {
     return invalid_argument(fmt::format("kernel key field 'route': route {} does not serve op {}; routes of op {}: {}",
                                         to_string(k.route), to_string(k.op), to_string(k.op),
                                         fmt::join(route_names(k.op), "|")));
+  const uint32_t smem = route_spec(k.route).dynamic_smem_bytes(k);
+  const ArchSpec& arch = arch_spec(k.arch);
+  if (smem > static_cast<uint32_t>(arch.max_smem_per_block))
+    return Error(ErrorCode::unsupported,
+                 fmt::format("kernel key field 'arch': op {} needs {} KiB of shared memory per block, {} offers {} KiB",
+                             to_string(k.op), smem / 1024, to_string(k.arch), arch.max_smem_per_block / 1024));
   return {};
 }
 

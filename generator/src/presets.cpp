@@ -41,7 +41,7 @@ std::vector<KernelKey> keys_of_family(const KernelKey& family) {
     if (!r.serves(family.op)) continue;
     KernelKey k = family;
     k.route = r.route;
-    out.push_back(k);
+    if (validate(k).ok()) out.push_back(k);  // e.g. no prefill key where the arch lacks its shared memory
   }
   return out;
 }

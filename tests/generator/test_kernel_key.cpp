@@ -53,6 +53,27 @@ TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
   // The preset's arch is stamped on every key.
   for (Arch a : kArchs)
     for (const KernelKey& k : keys_of("kimi-k3", a)) REQUIRE(k.arch == a);
+  // sm_120a offers a block 99 KiB of shared memory, the prefill kernel needs 227:
+  // its presets have the decode keys only.
+  const auto consumer = keys_of("glm-5.3-flash", Arch::sm_120a);
+  CHECK(consumer.size() == keys_of("glm-5.3-flash", Arch::sm_90).size() - 64);
+  for (const KernelKey& k : consumer) CHECK(k.op != Op::prefill);
+}
+
+TEST_CASE("kernel key: a launch that needs more shared memory than the arch offers is unsupported", "[kernel_key]") {
+  KernelKey k{Op::prefill, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta,
+              Arch::sm_120a};
+  const Status st = validate(k);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code == ErrorCode::unsupported);
+  CHECK(st.error().message ==
+        "kernel key field 'arch': op prefill needs 227 KiB of shared memory per block, sm_120a offers 99 KiB");
+  for (Arch a : {Arch::sm_90, Arch::sm_90a, Arch::sm_100a, Arch::sm_103a}) {
+    k.arch = a;
+    CHECK(validate(k).ok());
+  }
+  // Decode keys fit every arch (route stream's stages: 64 KiB).
+  for (const KernelKey& d : keys_of("full", Arch::sm_120a)) CHECK(validate(d).ok());
 }
 
 TEST_CASE("kernel key: every preset key round-trips through its name and JSON", "[kernel_key]") {
@@ -80,7 +101,9 @@ TEST_CASE("kernel key: every preset key round-trips through its name and JSON", 
         ++checked;
       }
     }
-  CHECK(checked == (2 * preset_size(16, 48) + preset_size(80, 640)) * 5);
+  // Every arch but sm_120a, whose blocks lack the prefill kernel's shared memory.
+  const size_t prefill_keys = (2 * 16 + 80) * route_names(Op::prefill).size();
+  CHECK(checked == (2 * preset_size(16, 48) + preset_size(80, 640)) * 5 - prefill_keys);
 }
 
 TEST_CASE("kernel key: name digests are stable and distinct", "[kernel_key]") {

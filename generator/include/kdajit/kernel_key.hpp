@@ -146,9 +146,10 @@ struct ArchSpec {
   int compute_capability;  // x 10: 90 for sm_90 and sm_90a
   int reference_sm_count;  // the SM count routes are chosen for when there is no device
   std::string_view reference_part;
+  int max_smem_per_block;  // bytes of shared memory a block may opt into
 };
 inline constexpr ArchSpec kArches[] = {
-#define ARCH(name, cc, sms, part) {Arch::name, cc, sms, part},
+#define ARCH(name, cc, sms, part, smem) {Arch::name, cc, sms, part, smem},
 #include "kdajit/arches.def"
 #undef ARCH
 };

@@ -13,7 +13,8 @@ namespace kdajit {
 std::vector<std::string_view> preset_names();
 Result<std::vector<KernelKey>> preset_keys(std::string_view preset, Arch arch);
 
-// Every key of one family (a key whose route is ignored): one per route that serves its op.
+// Every key of one family (a key whose route is ignored): one per route that serves
+// its op and whose launch fits the arch (a prefill key needs 227 KiB of shared memory).
 std::vector<KernelKey> keys_of_family(const KernelKey& family);
 
 }  // namespace kdajit

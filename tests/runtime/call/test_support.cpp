@@ -118,6 +118,18 @@ TEST_CASE("support: each configuration field is checked and named", "[support]")
   check_rejects(c, ErrorCode::invalid_argument, "got ''");
 }
 
+TEST_CASE("support: prefill where the arch lacks its shared memory is unsupported", "[support][prefill]") {
+  auto c = good_config();
+  c.op = KDAJIT_OP_PREFILL;
+  c.tokens = kPrefillChunk;
+  CHECK(query_support(c).ok());
+  c.arch = "sm_120a";
+  check_rejects(c, ErrorCode::unsupported, "op prefill needs 227 KiB of shared memory per block, sm_120a offers 99 KiB");
+  c.op = KDAJIT_OP_SINGLE;
+  c.tokens = 1;
+  CHECK(query_support(c).ok());  // the decode ops fit
+}
+
 TEST_CASE("support: a NULL arch reads the device or says why it cannot", "[support]") {
   auto c = good_config();
   c.arch = nullptr;
