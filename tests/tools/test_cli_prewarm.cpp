@@ -331,6 +331,30 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   Run t8 = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t8.gate_bounded.route_rowcta.sm_90"}, scratch.path(), kSm90);
   CHECK(t8.code == 2);
   CHECK(t8.err.find("expected 64 (the chunk size) for op prefill, got 8") != std::string::npos);
+
+  // sm_120a lacks the prefill kernel's shared memory: a pattern over several
+  // arches leaves those keys out, one that names nothing else says why.
+  write_text(scratch / "archs.json", R"([{"op": ["single", "prefill"], "heads": 16, "state": "f32", "conv": "sd",
+                                          "gate": "bounded", "arch": ["sm_90", "sm_120a"]}])");
+  Run archs = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--manifest", scratch / "archs.json"},
+                  scratch.path(), kSm90);
+  INFO(archs.err);
+  REQUIRE(archs.code == 0);
+  size_t prefill_sm90 = 0, prefill_sm120 = 0, single_sm120 = 0;
+  const json listed = parse_json(archs);
+  for (const auto& row : listed.at("results")) {
+    const std::string k = row.at("key").get<std::string>();
+    prefill_sm90 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_90") != std::string::npos;
+    prefill_sm120 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
+    single_sm120 += k.rfind("kda_single.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
+  }
+  CHECK(prefill_sm90 == route_names(Op::prefill).size());
+  CHECK(prefill_sm120 == 0);
+  CHECK(single_sm120 == route_names(Op::single).size());
+  Run only = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--arch", "sm_120a"},
+                 scratch.path(), kSm90);
+  CHECK(only.code == 2);
+  CHECK(only.err.find("op prefill needs 227 KiB of shared memory per block, sm_120a offers 99 KiB") != std::string::npos);
   CHECK(!fs::exists(root));
 }
 
