@@ -100,62 +100,47 @@ Route builtin_route(const CallShape& call, const DeviceTraits& device) {
 std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_count, int64_t max_batch) {
   const DeviceTraits device{family.arch, sm_count};
   const size_t n = static_cast<size_t>(std::max<int64_t>(max_batch, 0));
-  if (family.op == Op::prefill) {
-    // The pick depends on N, H, the SMs and whether the longest prompt reaches
-    // kPrefillSplitMinLength: one short and one long length per N covers it.
-    std::map<Route, std::vector<bool>> at;
-    CallShape call;
-    call.family = family;
-    for (size_t b = 1; b <= n; ++b)
-      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength}) {
-        call.num_seqs = static_cast<int64_t>(b);
-        call.rows = call.num_seqs * longest;
-        call.max_seq_len = longest;
-        std::vector<bool>& v = at[builtin_route(call, device)];
-        v.resize(n);
-        v[b - 1] = true;
-      }
-    std::vector<BuiltinRouteUse> uses;
-    for (const auto& [route, v] : at) {
-      BuiltinRouteUse u{route, {}, false, true};
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (!v[i]) continue;
-        const auto b = static_cast<int64_t>(i + 1);
-        if (!u.batches.empty() && u.batches.back().second + 1 == b) u.batches.back().second = b;
-        else u.batches.push_back({b, b});
-      }
-      uses.push_back(std::move(u));
-    }
-    return uses;
-  }
   struct Picked {
     std::vector<bool> at;  // at[b - 1]: picked for batch b
     bool repeated = false;
   };
   std::map<Route, Picked> picked;
+  const auto pick = [&](const CallShape& call, size_t b) {
+    Picked& p = picked[builtin_route(call, device)];
+    p.at.resize(n);
+    p.at[b - 1] = true;
+  };
   CallShape call;
   call.family = family;
-  // Every slot-index mode validation can derive from the data; the packed op's
-  // rows run concurrently and never take repeated slots.
-  std::vector<IndicesMode> modes = {IndicesMode::unique_or_null, IndicesMode::positive_unique};
-  if (family.op == Op::single) modes.push_back(IndicesMode::repeated_positive);
-  for (IndicesMode mode : modes) {
-    call.mode = mode;
-    for (size_t b = 1; b <= n; ++b) {
-      call.num_seqs = family.op == Op::packed ? static_cast<int64_t>(b) : 0;
-      call.rows = static_cast<int64_t>(family.op == Op::packed ? b * static_cast<size_t>(family.tokens) : b);
-      Picked& p = picked[builtin_route(call, device)];
-      if (mode == IndicesMode::repeated_positive) {
-        p.repeated = true;
-        continue;
+  const bool prefill = family.op == Op::prefill;
+  if (prefill) {
+    // The pick depends on N, H, the SMs and whether the longest prompt reaches
+    // kPrefillSplitMinLength: one short and one long length per N covers it.
+    for (size_t b = 1; b <= n; ++b)
+      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength}) {
+        call.num_seqs = static_cast<int64_t>(b);
+        call.rows = call.num_seqs * longest;
+        call.max_seq_len = longest;
+        pick(call, b);
       }
-      p.at.resize(n);
-      p.at[b - 1] = true;
+  } else {
+    // Every slot-index mode validation can derive from the data; the packed op's
+    // rows run concurrently and never take repeated slots.
+    std::vector<IndicesMode> modes = {IndicesMode::unique_or_null, IndicesMode::positive_unique};
+    if (family.op == Op::single) modes.push_back(IndicesMode::repeated_positive);
+    for (IndicesMode mode : modes) {
+      call.mode = mode;
+      for (size_t b = 1; b <= n; ++b) {
+        call.num_seqs = family.op == Op::packed ? static_cast<int64_t>(b) : 0;
+        call.rows = static_cast<int64_t>(family.op == Op::packed ? b * static_cast<size_t>(family.tokens) : b);
+        if (mode == IndicesMode::repeated_positive) picked[builtin_route(call, device)].repeated = true;
+        else pick(call, b);
+      }
     }
   }
   std::vector<BuiltinRouteUse> uses;
   for (const auto& [route, p] : picked) {
-    BuiltinRouteUse u{route, {}, p.repeated};
+    BuiltinRouteUse u{route, {}, p.repeated, prefill};
     for (size_t i = 0; i < p.at.size(); ++i) {
       if (!p.at[i]) continue;
       const auto b = static_cast<int64_t>(i + 1);
