@@ -78,7 +78,9 @@ typedef enum kdajit_conv_layout {
 typedef enum kdajit_op {
   KDAJIT_OP_SINGLE = 0, /* one token per row */
   KDAJIT_OP_PACKED = 1, /* T >= 1 tokens per sequence (draft verify) */
-  KDAJIT_OP_PREFILL = 2 /* whole prompts, chunked (kdajit_prefill, §10); keys carry the chunk size as t */
+  KDAJIT_OP_PREFILL = 2, /* whole prompts, chunked (kdajit_prefill, §10); keys carry the chunk size as t */
+  /* the prefill's delta rule alone on FLA chunk_kda's tensors (kdajit_chunk, §11); keys carry conv sd, t 64 */
+  KDAJIT_OP_CHUNK = 3
 } kdajit_op_t;
 
 /* A host-side promise about the state_indices values, so that the launch can
@@ -229,6 +231,53 @@ typedef struct kdajit_prefill_args {
   int32_t* oob_counter;
 } kdajit_prefill_args_t;
 
+/* Arguments of kdajit_chunk (docs/CONTRACT.md §11): the delta rule of
+ * kdajit_prefill without its conv and its norm, on the tensors of FLA's
+ * chunk_kda (q, k, v after the engine's conv, one dense state per sequence),
+ * for engines that keep their own conv and norm. N sequences of any length
+ * (0 allowed) packed in T_total rows. Initialise with kdajit_chunk_args_init(). */
+typedef struct kdajit_chunk_args {
+  /* sizeof(kdajit_chunk_args_t) of the caller's header: kdajit_chunk_args_init sets it. */
+  size_t struct_size;
+  /* [T_total, H, 128] bf16 each, strides (row >= H*128, 128, 1). q defines
+   * T_total (1..2^31-1); H comes from A_log. */
+  kdajit_tensor_t q;
+  kdajit_tensor_t k;
+  kdajit_tensor_t v;
+  /* [T_total, H, 128] bf16 or f32, strides (row >= H*128, 128, 1): the gate
+   * logits, to which dt_bias is added (§2 step 4, the key's gate). */
+  kdajit_tensor_t g;
+  /* [T_total, H] bf16 or f32, strides (row >= H, 1): logits with
+   * beta_sigmoid 1 (beta = sigmoid), else beta itself. */
+  kdajit_tensor_t beta;
+  kdajit_tensor_t A_log;   /* [H] f32: defines H (1..128) */
+  kdajit_tensor_t dt_bias; /* [H*128] f32, or empty (ndim 0 or shape [0], data NULL): no bias */
+  /* [N, H, 128, 128] f32 or bf16 (the key's state dtype), strides
+   * (n >= H*128*128, 128*128, 128, 1), data and the n stride 16-byte aligned;
+   * element [n, h, k, v] (FLA's layout) or, with state_v_first 1, [n, h, v, k]
+   * (kdajit's state pool). Empty: every sequence starts from zero state. */
+  kdajit_tensor_t initial_state;
+  /* The same shape, dtype and layout, or empty: nothing written. Receives each
+   * sequence's state after its last token (its initial state for length 0);
+   * it may be initial_state itself (in place). */
+  kdajit_tensor_t final_state;
+  /* [T_total, H, 128] bf16, strides (row >= H*128, 128, 1), written: the
+   * delta rule's output o (before any norm); every element is written. */
+  kdajit_tensor_t output;
+  /* [N + 1] int32, contiguous, device values: sequence n owns rows
+   * [cu_seqlens[n], cu_seqlens[n+1]). Defines N (1..2^31-2). A malformed
+   * range gives zero rows and leaves its final state unwritten (§11). */
+  kdajit_tensor_t cu_seqlens;
+  kdajit_gate_t gate;
+  float lower_bound;       /* bounded gate: finite and < 0 */
+  float scale;             /* finite and > 0: q's scale; default 1/sqrt(128) */
+  int32_t qk_l2norm;       /* 1 (default): q and k divided by sqrt(sum x^2 + 1e-6); 0: as given */
+  int32_t beta_sigmoid;    /* 1 (default): beta = sigmoid(beta); 0: beta as given */
+  int32_t state_v_first;   /* 0 (default): states [n, h, k, v]; 1: [n, h, v, k] */
+  /* As kdajit_prefill_args_t.max_seq_len: the selector's host hint; 0: T_total. */
+  int64_t max_seq_len;
+} kdajit_chunk_args_t;
+
 typedef enum kdajit_log_level {
   KDAJIT_LOG_DEFAULT = -1, /* KDAJIT_LOG, else info */
   KDAJIT_LOG_QUIET = 0,
@@ -303,6 +352,9 @@ typedef struct kdajit_config {
 #define kdajit_prefill_args_init(args) kdajit_prefill_args_init_v1((args), sizeof(*(args)))
 #define kdajit_prefill kdajit_prefill_v1
 #define kdajit_validate_prefill_args kdajit_validate_prefill_args_v1
+#define kdajit_chunk_args_init(args) kdajit_chunk_args_init_v1((args), sizeof(*(args)))
+#define kdajit_chunk kdajit_chunk_v1
+#define kdajit_validate_chunk_args kdajit_validate_chunk_args_v1
 
 typedef struct kdajit_runtime kdajit_runtime_t;
 typedef struct CUstream_st* kdajit_stream_t; /* a CUstream / cudaStream_t */
@@ -362,6 +414,19 @@ KDAJIT_API kdajit_status_t kdajit_prefill(kdajit_runtime_t* runtime, const kdaji
                                           kdajit_stream_t stream);
 /* Validates prefill args against §10 without launching. */
 KDAJIT_API kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args);
+
+/* Zeroes args, then sets struct_size, gate BOUNDED, lower_bound -5, scale
+ * 1/sqrt(128), qk_l2norm 1, beta_sigmoid 1, state_v_first 0 and max_seq_len 0,
+ * within the first struct_size bytes. */
+KDAJIT_API void kdajit_chunk_args_init_v1(kdajit_chunk_args_t* args, size_t struct_size);
+/* Validate (§11), then launch the chunked delta rule of every sequence on
+ * stream: from initial_state (or zero), output o, the final state into
+ * final_state. The calls' rules: no synchronisation, allocation or device read
+ * on the host; KDAJIT_ERROR_CAPTURE for a compile while the stream captures. */
+KDAJIT_API kdajit_status_t kdajit_chunk(kdajit_runtime_t* runtime, const kdajit_chunk_args_t* args,
+                                        kdajit_stream_t stream);
+/* Validates chunk args against §11 without launching. */
+KDAJIT_API kdajit_status_t kdajit_validate_chunk_args(const kdajit_chunk_args_t* args);
 /* Validates args against the contract (docs/CONTRACT.md §6) without launching. */
 KDAJIT_API kdajit_status_t kdajit_validate_args(kdajit_op_t op, const kdajit_decode_args_t* args);
 

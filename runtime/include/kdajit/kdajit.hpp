@@ -52,6 +52,8 @@ inline TensorView dense_tensor_view(void* data, kdajit_dtype_t dtype, std::initi
 using DecodeArgs = kdajit_decode_args_t;
 // The prefill op's arguments (§10); start from default_prefill_args().
 using PrefillArgs = kdajit_prefill_args_t;
+// The chunk op's arguments (§11, FLA chunk_kda's tensors); start from default_chunk_args().
+using ChunkArgs = kdajit_chunk_args_t;
 // The key fields of a call, for query_support (§5); start from
 // kdajit_config_init(&config).
 using SupportConfig = kdajit_config_t;
@@ -106,6 +108,10 @@ KDAJIT_API DecodeArgs default_decode_args();
 // Default-initialised prefill arguments (struct_size, gate bounded, lower_bound
 // -5, norm_eps 1e-6, max_seq_len 0, every tensor empty, no oob_counter).
 KDAJIT_API PrefillArgs default_prefill_args();
+// Default-initialised chunk arguments (struct_size, gate bounded, lower_bound
+// -5, scale 1/sqrt(128), qk_l2norm and beta_sigmoid on, FLA's state layout,
+// max_seq_len 0, every tensor empty).
+KDAJIT_API ChunkArgs default_chunk_args();
 
 // One runtime per engine process; thread-safe. Calls take the CUDA stream to
 // launch on; they never synchronise, allocate device memory or read device
@@ -128,6 +134,9 @@ class KDAJIT_API Runtime {
   Outcome prefill(const PrefillArgs& args, StreamHandle stream);
   // The kernel key name a prefill with these args would launch on `stream`.
   Outcome selected_prefill_key(const PrefillArgs& args, StreamHandle stream, std::string* key_name);
+  // The prefill's delta rule alone on FLA chunk_kda's tensors (§11).
+  Outcome chunk(const ChunkArgs& args, StreamHandle stream);
+  Outcome selected_chunk_key(const ChunkArgs& args, StreamHandle stream, std::string* key_name);
 
   // The kernel key name a call with these args would launch on `stream`
   // (validation and route selection; nothing compiled or launched).
