@@ -190,7 +190,7 @@ json routes_json(const Selection& sel) {
 std::string routes_text(const Selection& sel, const Opts& o) {
   return fmt::format(
       "prewarm: routes the built-in selector picks on {} SMs ({}) at batch sizes 1..{}: {} keys left out; SELECTED FOR "
-      "says where each is picked (R: rows, N: sequences). A prefill key stays when some prompt length picks its "
+      "says where each is picked (R: rows, N: sequences). A prefill or chunk key stays when some prompt length picks its "
       "route at one of those N. A `kdajit tune` table may pick others; --all-routes compiles every route "
       "(images for several GPU models)",
       sel.sm_count, sel.sm_source, o.max_batch, sel.routes_left_out);

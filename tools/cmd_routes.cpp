@@ -29,15 +29,15 @@ void add_routes_command(CLI::App& app) {
         for (StateDtype st : all_values<StateDtype>()) {
           KernelKey k;
           k.op = op;
-          k.tokens = op == Op::single ? 1 : op == Op::prefill ? kPrefillChunk : 2;
+          k.tokens = op == Op::single ? 1 : chunked(op) ? kPrefillChunk : 2;
           k.state = st;
           k.route = r.route;
           const std::string family = fmt::format("{}.{}", to_string(op), to_string(st));
           threads[family] = r.threads(k);
           ctas[family] = r.ctas_per_sm(k);
-          // Shared-memory state stages (route stream), and the prefill op's
+          // Shared-memory state stages (route stream), and the chunked ops'
           // chunk buffers: dynamic shared memory per CTA.
-          if (r.stage_count(k) > 0 || op == Op::prefill)
+          if (r.stage_count(k) > 0 || chunked(op))
             smem[family] = {{"stages", r.stage_count(k)}, {"bytes", r.dynamic_smem_bytes(k)}};
         }
       }
@@ -51,7 +51,8 @@ void add_routes_command(CLI::App& app) {
                      {"entry",
                       {{"single", entry_name(Op::single)},
                        {"packed", entry_name(Op::packed)},
-                       {"prefill", entry_name(Op::prefill)}}},
+                       {"prefill", entry_name(Op::prefill)},
+                       {"chunk", entry_name(Op::chunk)}}},
                      {"eligibility", r.eligibility},
                      {"technique", r.technique}});
     }
@@ -59,7 +60,7 @@ void add_routes_command(CLI::App& app) {
       fmt::print("{}\n", arr.dump(2));
       return;
     }
-    fmt::print("{:<11} {:<21} {:<88} {:>7}  {}\n", "route", "ops", "threads", "cluster", "eligible when");
+    fmt::print("{:<11} {:<28} {:<88} {:>7}  {}\n", "route", "ops", "threads", "cluster", "eligible when");
     // "single.f32=256 single.bf16=256 ..." of a {op.state: int} object.
     const auto per_family = [](const nlohmann::json& by) {
       std::vector<std::string> out;
@@ -68,7 +69,7 @@ void add_routes_command(CLI::App& app) {
     };
     for (const auto& r : arr) {
       const std::vector<std::string> ops = r["ops"].get<std::vector<std::string>>();
-      fmt::print("{:<11} {:<21} {:<88} {:>7}  {}\n", r["name"].get<std::string>(), fmt::format("{}", fmt::join(ops, ",")),
+      fmt::print("{:<11} {:<28} {:<88} {:>7}  {}\n", r["name"].get<std::string>(), fmt::format("{}", fmt::join(ops, ",")),
                  per_family(r["threads"]), r["cluster"].get<int>(), r["eligibility"].get<std::string>());
       fmt::print("{:<11} {}\n", "", r["technique"].get<std::string>());
       fmt::print("{:<11} CTAs per SM: {}\n", "", per_family(r["ctas_per_sm"]));
@@ -83,7 +84,7 @@ void add_routes_command(CLI::App& app) {
       if (!stages.empty())
         fmt::print("{:<11} shared-memory state stages: {}\n", "", fmt::format("{}", fmt::join(stages, " ")));
       if (!chunk.empty())
-        fmt::print("{:<11} prefill chunk buffers (dynamic shared memory): {}\n", "", fmt::format("{}", fmt::join(chunk, " ")));
+        fmt::print("{:<11} chunk buffers (dynamic shared memory): {}\n", "", fmt::format("{}", fmt::join(chunk, " ")));
     }
   });
 }

@@ -66,7 +66,7 @@ Result<json> check_value(std::string_view field, const json& v) {
   // key, or the chunk size on a prefill key).
   KernelKey base;
   if (field == "t") {
-    const bool chunk = v.is_number_integer() && v.get<int64_t>() == kPrefillChunk;
+    const bool chunk = v.is_number_integer() && v.get<int64_t>() == kPrefillChunk;  // t of the chunked ops
     base.op = chunk ? Op::prefill : Op::packed;
     base.tokens = chunk ? kPrefillChunk : 1;
   }
@@ -192,13 +192,18 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
   if (single_only && obj.contains("t") &&
       std::find(values["t"].begin(), values["t"].end(), json(1)) == values["t"].end())
     return invalid_argument(fmt::format("field 't': op single takes only t=1, got {}", excerpt(json(values["t"]))));
-  const bool prefill_only = values["op"] == std::vector<json>{json(to_string(Op::prefill))};
-  const bool with_prefill =
-      std::find(values["op"].begin(), values["op"].end(), json(to_string(Op::prefill))) != values["op"].end();
-  if (prefill_only && obj.contains("t") &&
-      std::find(values["t"].begin(), values["t"].end(), json(kPrefillChunk)) == values["t"].end())
-    return invalid_argument(fmt::format("field 't': op prefill takes only t={} (the chunk size), got {}", kPrefillChunk,
-                                        excerpt(json(values["t"]))));
+  // The chunked ops (prefill, chunk) take only t = the chunk size.
+  const auto is_chunked = [](const json& op) { return op.is_string() && parse_field<Op>(op.get<std::string>()) &&
+                                                      chunked(*parse_field<Op>(op.get<std::string>())); };
+  const bool chunked_only = std::all_of(values["op"].begin(), values["op"].end(), is_chunked);
+  const bool with_chunked = std::any_of(values["op"].begin(), values["op"].end(), is_chunked);
+  if (chunked_only && obj.contains("t") &&
+      std::find(values["t"].begin(), values["t"].end(), json(kPrefillChunk)) == values["t"].end()) {
+    std::vector<std::string> ops;
+    for (const auto& op : values["op"]) ops.push_back(op.get<std::string>());
+    return invalid_argument(fmt::format("field 't': op {} takes only t={} (the chunk size), got {}",
+                                        fmt::join(ops, "|"), kPrefillChunk, excerpt(json(values["t"]))));
+  }
 
   // The cartesian product, counted like an odometer so that a pattern past
   // max_keys stops there.
@@ -223,17 +228,21 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
       if (i == 0) more = false;
     }
     const bool single = p["op"] == json(to_string(Op::single));
-    const bool prefill = p["op"] == json(to_string(Op::prefill));
+    const bool prefill = is_chunked(p["op"]);
+    // The chunk op has no conv: its keys carry conv sd, and a pattern that did
+    // not name the conv layout means that one.
+    if (p["op"] == json(to_string(Op::chunk)) && !obj.contains("conv") && p["conv"] != json(to_string(ConvLayout::sd)))
+      continue;
     // A route the pattern did not name is every route that serves the key's op.
     if (!obj.contains("route")) {
       auto op = parse_field<Op>(p["op"].get<std::string>());
       auto route = parse_field<Route>(p["route"].get<std::string>());
       if (op && route && !route_spec(*route).serves(*op)) continue;
     }
-    // Single keys take t=1 and prefill keys t=64 whatever the pattern says; a
-    // packed key skips the chunk size (named for the prefill keys of the pattern).
+    // Single keys take t=1 and chunked keys t=64 whatever the pattern says; a
+    // packed key skips the chunk size (named for the chunked keys of the pattern).
     for (const auto& t : single ? std::vector<json>{json(1)} : prefill ? std::vector<json>{json(kPrefillChunk)} : values["t"]) {
-      if (!single && !prefill && t == json(kPrefillChunk) && with_prefill) continue;
+      if (!single && !prefill && t == json(kPrefillChunk) && with_chunked) continue;
       p["t"] = t;
       auto k = key_from_json(p);
       if (!k && k.error().code == ErrorCode::unsupported) {

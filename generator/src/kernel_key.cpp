@@ -81,9 +81,12 @@ Status validate(const KernelKey& k) {
     return invalid_argument(fmt::format("kernel key field 'heads': expected an integer in 1..{}, got {}", kMaxHeads, k.heads));
   if (k.op == Op::single && k.tokens != 1)
     return invalid_argument(fmt::format("kernel key field 't': expected 1 for op single, got {}", k.tokens));
-  if (k.op == Op::prefill && k.tokens != kPrefillChunk)
-    return invalid_argument(fmt::format("kernel key field 't': expected {} (the chunk size) for op prefill, got {}",
-                                        kPrefillChunk, k.tokens));
+  if (chunked(k.op) && k.tokens != kPrefillChunk)
+    return invalid_argument(fmt::format("kernel key field 't': expected {} (the chunk size) for op {}, got {}",
+                                        kPrefillChunk, to_string(k.op), k.tokens));
+  if (k.op == Op::chunk && k.conv != ConvLayout::sd)
+    return invalid_argument(fmt::format("kernel key field 'conv': expected sd for op chunk (it has no conv), got {}",
+                                        to_string(k.conv)));
   if (k.op == Op::packed && (k.tokens < 1 || k.tokens > kMaxTokens))
     return invalid_argument(
         fmt::format("kernel key field 't': expected an integer in 1..{} for op packed, got {}", kMaxTokens, k.tokens));

@@ -85,19 +85,19 @@ constexpr std::string_view kNotRepeatedUpTo8Tokens =
 // wrap a row's decode functions with it.
 template <int (*F)(const KernelKey&)>
 int op_threads(const KernelKey& k) {
-  return k.op == Op::prefill ? kPrefillThreads : F(k);
+  return chunked(k.op) ? kPrefillThreads : F(k);
 }
 template <int (*F)(const KernelKey&)>
 int op_ctas_per_sm(const KernelKey& k) {
-  return k.op == Op::prefill ? kPrefillCtasPerSm : F(k);
+  return chunked(k.op) ? kPrefillCtasPerSm : F(k);
 }
 template <int (*F)(const KernelKey&)>
 int op_stages(const KernelKey& k) {
-  return k.op == Op::prefill ? 0 : F(k);
+  return chunked(k.op) ? 0 : F(k);
 }
 template <LaunchGrid (*F)(const CallShape&, const DeviceTraits&), int P>
 LaunchGrid op_grid(const CallShape& c, const DeviceTraits& d) {
-  return c.family.op == Op::prefill ? split_grid<P>(c, d) : F(c, d);
+  return chunked(c.family.op) ? split_grid<P>(c, d) : F(c, d);
 }
 
 // constexpr: constant-initialised, so other translation units may read the
@@ -127,7 +127,7 @@ std::span<const RouteSpec> route_table() { return kRoutes; }
 
 int64_t items_per_head(const CallShape& call) {
   if (call.family.op == Op::single) return call.rows;
-  if (call.family.op == Op::prefill) return std::max<int64_t>(call.num_seqs, 1);
+  if (chunked(call.family.op)) return std::max<int64_t>(call.num_seqs, 1);
   const int64_t t = std::max(call.family.tokens, 1);
   return std::max(call.num_seqs, (call.rows + t - 1) / t);
 }
@@ -143,7 +143,7 @@ LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const Device
 }
 
 uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {
-  if (key.op == Op::prefill) return kPrefillSmemBytes;
+  if (chunked(key.op)) return kPrefillSmemBytes;
   const uint32_t slice = uint32_t{kHeadDim} * kHeadDim * (key.state == StateDtype::bf16 ? 2 : 4);
   return static_cast<uint32_t>(stage_count(key)) * slice;
 }
@@ -165,6 +165,7 @@ std::string_view entry_name(Op op) {
     case Op::single: return "kda_single_decode";
     case Op::packed: return "kda_packed_decode";
     case Op::prefill: return "kda_prefill";
+    case Op::chunk: return "kda_chunk";
   }
   return "kda_single_decode";
 }

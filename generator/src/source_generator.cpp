@@ -62,7 +62,9 @@ Result<std::string> generate_source(const KernelKey& key) {
   if (const int stages = route.stage_count(key); stages > 0) src += fmt::format("#define KDA_STAGES {}\n", stages);
   // The prefill kernel lays its chunk buffers out in this much dynamic shared
   // memory (the launch requests it) and static_asserts that they fit.
-  if (key.op == Op::prefill) src += fmt::format("#define KDA_SMEM_BYTES {}\n", route.dynamic_smem_bytes(key));
+  if (chunked(key.op)) src += fmt::format("#define KDA_SMEM_BYTES {}\n", route.dynamic_smem_bytes(key));
+  // The chunk op: q, k, v and dense states instead of the conv and the slot pool, no norm.
+  if (key.op == Op::chunk) src += "#define KDA_CHUNK 1\n";
   std::set<std::string_view> seen;
   KDAJIT_TRY(inline_template(route.template_file(key.op), seen, src));
   return src;

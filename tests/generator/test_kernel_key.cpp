@@ -227,7 +227,7 @@ TEST_CASE("kernel key: prefill keys parse, print and round-trip through JSON", "
     REQUIRE(j.ok());
     CHECK(*j == *p);
   }
-  CHECK(contains(key_name_shape(), "kda_<single|packed|prefill>"));
+  CHECK(contains(key_name_shape(), "kda_<single|packed|prefill|chunk>"));
   CHECK(contains(key_name_shape(), "t<1..64>"));
   // The hash keeps t = 64 apart from the other fields.
   KernelKey a = *k, b = *k;
@@ -236,12 +236,38 @@ TEST_CASE("kernel key: prefill keys parse, print and round-trip through JSON", "
   CHECK(KernelKeyHash{}(a) != KernelKeyHash{}(b));
 }
 
+TEST_CASE("kernel key: chunk keys carry conv sd and t 64, and serve the prefill routes", "[kernel_key][chunk]") {
+  const std::string name = "kda_chunk.h32.state_bf16.conv_sd.t64.gate_softplus.route_split4.sm_90a";
+  auto k = parse_key(name);
+  REQUIRE(k.ok());
+  CHECK(k->op == Op::chunk);
+  CHECK(key_name(*k) == name);
+  auto j = key_from_json(key_to_json(*k));
+  REQUIRE(j.ok());
+  CHECK(*j == *k);
+  CHECK(chunked(Op::chunk));
+  CHECK(chunked(Op::prefill));
+  CHECK_FALSE(chunked(Op::packed));
+  CHECK(route_names(Op::chunk) == route_names(Op::prefill));
+  CHECK(route_spec(Route::split8).template_file(Op::chunk) == route_spec(Route::split8).template_file(Op::prefill));
+  CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_ds.t64.gate_bounded.route_rowcta.sm_90")),
+                 "kernel key field 'conv': expected sd for op chunk (it has no conv), got ds"));
+  CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t4.gate_bounded.route_rowcta.sm_90")),
+                 "expected 64 (the chunk size) for op chunk, got 4"));
+  CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90")),
+                 "route stream does not serve op chunk"));
+  // The chunk op's shared memory is the prefill's: not on sm_120a.
+  auto consumer = parse_key("kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_120a");
+  REQUIRE_FALSE(consumer.ok());
+  CHECK(consumer.error().code == ErrorCode::unsupported);
+}
+
 TEST_CASE("kernel key: bad name shapes are errors that show the expected shape", "[kernel_key]") {
   for (const char* bad : {"", "kda_single.h64", "kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90.extra"}) {
     const std::string m = error_of(parse_key(bad));
     INFO(bad << " -> " << m);
     CHECK(contains(m, "expected 8 dot-separated fields"));
-    CHECK(contains(m, "kda_<single|packed|prefill>"));
+    CHECK(contains(m, "kda_<single|packed|prefill|chunk>"));
   }
   std::string m = error_of(parse_key("kdb_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90"));
   CHECK(contains(m, "'op'"));

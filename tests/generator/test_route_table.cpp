@@ -25,7 +25,7 @@ CallShape shape(Op op, int heads, int64_t rows, int64_t seqs = 0, IndicesMode mo
 }
 
 // A key's t field for op: 1 (single), `packed` (packed), the chunk size (prefill).
-int tokens_of(Op op, int packed) { return op == Op::single ? 1 : op == Op::prefill ? kPrefillChunk : packed; }
+int tokens_of(Op op, int packed) { return op == Op::single ? 1 : chunked(op) ? kPrefillChunk : packed; }
 
 // Other translation units read the table while they are initialised (the GPU
 // tests register one test case per preset key from a static initialiser): the
@@ -66,6 +66,7 @@ TEST_CASE("route table: one complete row per route, in enum order", "[routes]") 
         CHECK((r.ctas_per_sm(k) >= 1 && r.ctas_per_sm(k) <= 4));
       }
     CHECK((r.serves(Op::single) || r.serves(Op::packed) || r.serves(Op::prefill)));
+    CHECK(r.serves(Op::chunk) == r.serves(Op::prefill));
   }
 }
 
@@ -75,10 +76,12 @@ TEST_CASE("route table: every key of every route generates its own template with
     for (Op op : all_values<Op>()) {
       if (!r.serves(op)) continue;
       for (StateDtype st : all_values<StateDtype>()) {
-        KernelKey k{op, 16, st, ConvLayout::ds, tokens_of(op, 3), Gate::bounded, r.route, Arch::sm_90};
+        // The chunk op has no conv: its keys carry sd.
+        KernelKey k{op, 16, st, op == Op::chunk ? ConvLayout::sd : ConvLayout::ds, tokens_of(op, 3), Gate::bounded,
+                    r.route, Arch::sm_90};
         INFO(key_name(k));
         auto src = generate_source(k);
-        if (op == Op::prefill && template_text(r.template_file(op)).empty()) {
+        if (chunked(op) && template_text(r.template_file(op)).empty()) {
           // The prefill kernel's template is not in this build yet: generation
           // fails naming it, and nothing else is checked.
           REQUIRE_FALSE(src.ok());
@@ -88,8 +91,9 @@ TEST_CASE("route table: every key of every route generates its own template with
         }
         REQUIRE(src.ok());
         const bool has_smem = src->find("#define KDA_SMEM_BYTES ") != std::string::npos;
-        CHECK(has_smem == (op == Op::prefill));
-        if (op == Op::prefill) CHECK(src->find("#define KDA_SMEM_BYTES 232448\n") != std::string::npos);
+        CHECK(has_smem == chunked(op));
+        if (chunked(op)) CHECK(src->find("#define KDA_SMEM_BYTES 232448\n") != std::string::npos);
+        CHECK((src->find("#define KDA_CHUNK 1\n") != std::string::npos) == (op == Op::chunk));
         CHECK(src->find("#define KDA_T " + std::to_string(k.tokens) + "\n") != std::string::npos);
         CHECK(src->find("// ---- " + std::string(r.template_file(op)) + " ----") != std::string::npos);
         CHECK(src->find("#define KDA_THREADS " + std::to_string(r.threads(k)) + "\n") != std::string::npos);
@@ -119,7 +123,7 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
           const KernelKey k{op, 64, st, ConvLayout::sd, tokens_of(op, tokens), Gate::bounded, r.route, Arch::sm_90};
           INFO(key_name(k));
           const uint32_t smem = r.dynamic_smem_bytes(k);
-          if (op == Op::prefill) {
+          if (chunked(op)) {
             // The sm_90 opt-in maximum per CTA, one CTA per SM, no state stages.
             CHECK(smem == kPrefillSmemBytes);
             CHECK(smem == 227u * 1024u);

@@ -272,14 +272,15 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
       CHECK(j["dynamic_smem"][field]["bytes"] == spec.dynamic_smem_bytes(k));
     }
   }
-  CHECK(routes[static_cast<size_t>(Route::split8)]["ops"] == json::array({"prefill"}));
+  CHECK(routes[static_cast<size_t>(Route::split8)]["ops"] == json::array({"prefill", "chunk"}));
+  CHECK(routes[0]["entry"]["chunk"] == "kda_chunk");
   CHECK(routes[static_cast<size_t>(Route::split8)]["cluster"] == 8);
   CHECK(routes[0]["entry"]["prefill"] == "kda_prefill");
   Run table = cli({"routes"}, scratch.path());
   CHECK(table.code == 0);
   CHECK(table.out.find("shared-memory state stages: packed.bf16=2 (64 KiB)") != std::string::npos);
-  CHECK(table.out.find("prefill chunk buffers (dynamic shared memory): prefill.bf16=227 KiB prefill.f32=227 KiB") !=
-        std::string::npos);
+  CHECK(table.out.find("chunk buffers (dynamic shared memory): chunk.bf16=227 KiB chunk.f32=227 KiB prefill.bf16=227 "
+                       "KiB prefill.f32=227 KiB") != std::string::npos);
 }
 
 TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
@@ -321,6 +322,26 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
                   scratch.path(), kSm90);
   CHECK(bad_t.code == 2);
   CHECK(bad_t.err.find("field 't': op prefill takes only t=64 (the chunk size), got [4]") != std::string::npos);
+
+  // The chunk op's keys: conv sd only (a pattern that names no layout means it), t = 64, not in the presets.
+  Run chunk = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "chunk", "--heads", "16"},
+                  scratch.path(), kSm90);
+  INFO(chunk.out << chunk.err);
+  REQUIRE(chunk.code == 0);
+  const json chunk_json = parse_json(chunk);
+  std::set<std::string> chunk_names;
+  for (const auto& r : chunk_json["results"]) chunk_names.insert(r["key"].get<std::string>());
+  std::set<std::string> chunk_want;
+  for (std::string_view st : {"f32", "bf16"})
+    for (std::string_view g : {"bounded", "softplus"})
+      for (std::string_view route : {"rowcta", "split2", "split4", "split8"})
+        chunk_want.insert(fmt::format("kda_chunk.h16.state_{}.conv_sd.t64.gate_{}.route_{}.sm_90", st, g, route));
+  CHECK(chunk_names == chunk_want);
+  CHECK(count_lines(keys.out, "kda_chunk.") == 0);
+  Run chunk_ds = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "chunk", "--heads", "16", "--conv", "ds"},
+                     scratch.path(), kSm90);
+  CHECK(chunk_ds.code == 2);
+  CHECK(chunk_ds.err.find("expected sd for op chunk (it has no conv), got ds") != std::string::npos);
 
   // A key name whose route does not serve the op, or whose t is not the chunk size.
   Run stream = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90"}, scratch.path(),

@@ -123,7 +123,7 @@ TEST_CASE("prewarm --sm-count: bad values and conflicting flags are usage errors
   CHECK(text.out.find("SELECTED FOR") != std::string::npos);
   CHECK(text.out.find("repeated slots") != std::string::npos);
   CHECK(text.out.find("on 132 SMs") != std::string::npos);
-  CHECK(text.out.find("A prefill key stays when some prompt length picks its route") != std::string::npos);
+  CHECK(text.out.find("A prefill or chunk key stays when some prompt length picks its route") != std::string::npos);
   CHECK(text.out.find("N 1-2 (at some prompt length)") != std::string::npos);  // split4 at H = 16 on 132 SMs
 }
 

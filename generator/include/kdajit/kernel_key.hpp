@@ -19,7 +19,7 @@
 
 namespace kdajit {
 
-enum class Op : uint8_t { single, packed, prefill };
+enum class Op : uint8_t { single, packed, prefill, chunk };
 enum class StateDtype : uint8_t { f32, bf16 };
 enum class ConvLayout : uint8_t { sd, ds };
 enum class Gate : uint8_t { bounded, softplus };
@@ -50,7 +50,7 @@ struct KeyField;
 template <>
 struct KeyField<Op> {
   static constexpr std::string_view name = "op";
-  static constexpr std::array<std::string_view, 3> values = {"single", "packed", "prefill"};
+  static constexpr std::array<std::string_view, 4> values = {"single", "packed", "prefill", "chunk"};
 };
 template <>
 struct KeyField<StateDtype> {
@@ -106,7 +106,11 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
 }
 // The two decode ops (kdajit_decode_args_t), for what serves only them.
 inline constexpr std::array<Op, 2> kDecodeOps = {Op::single, Op::packed};
-// "single|packed|prefill": the allowed spellings, for messages and help.
+// The chunked ops: prefill (conv, delta rule and norm over a slot pool, §10)
+// and chunk (its delta rule alone on FLA chunk_kda's tensors, §11). One
+// kernel template serves both; their keys carry the chunk size as t.
+constexpr bool chunked(Op op) { return op == Op::prefill || op == Op::chunk; }
+// "single|packed|prefill|chunk": the allowed spellings, for messages and help.
 template <KeyEnum E>
 std::string choices(std::string_view sep = "|") {
   std::string s;
@@ -168,7 +172,7 @@ struct KernelKey {
   int heads = 64;
   StateDtype state = StateDtype::f32;
   ConvLayout conv = ConvLayout::sd;
-  int tokens = 1;  // T (single 1, packed 1..16); the prefill op: the chunk size kPrefillChunk
+  int tokens = 1;  // T (single 1, packed 1..16); the chunked ops: the chunk size kPrefillChunk
   Gate gate = Gate::bounded;
   Route route = Route::rowcta;
   Arch arch = Arch::sm_90;
@@ -178,7 +182,8 @@ struct KernelKey {
 };
 
 // Every field in range and the combination possible (t == 1 for single,
-// 1..kMaxTokens for packed, kPrefillChunk for prefill; the route serves the op, ...).
+// 1..kMaxTokens for packed, kPrefillChunk for the chunked ops; conv sd for the
+// chunk op, which has no conv; the route serves the op, ...).
 Status validate(const KernelKey& key);
 
 // `kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90`

@@ -53,7 +53,7 @@ struct LaunchGrid {
 // Grid dimension y (and z) may not exceed this.
 inline constexpr int64_t kMaxGridY = 65535;
 
-// The prefill op's launch shape, the same for every route that serves it (the
+// The chunked ops' launch shape, the same for every route that serves them (the
 // route sets P, the cluster): 8 warps, one CTA per SM, and the sm_90 opt-in
 // maximum of dynamic shared memory per CTA for the chunk's working set (the
 // generator passes it as KDA_SMEM_BYTES; the kernel static_asserts its layout
@@ -74,7 +74,8 @@ struct RouteSpec {
   Route route;
   // One line: what the kernel shape is.
   std::string_view technique;
-  // The template file per op (index: Op); empty where the route does not serve that op.
+  // The template file per decode op and for the chunked ops (index: template_column);
+  // empty where the route does not serve that op.
   std::array<std::string_view, 3> templates;
   // CTAs that share one (row, head): a thread-block cluster along grid y (1:
   // none). The prefill op's P value slices per (sequence, head).
@@ -101,8 +102,10 @@ struct RouteSpec {
   // Dynamic shared memory of a launch (bytes): the stages; kPrefillSmemBytes
   // for a prefill key.
   uint32_t dynamic_smem_bytes(const KernelKey& key) const;
-  bool serves(Op op) const { return !templates[static_cast<size_t>(op)].empty(); }
-  std::string_view template_file(Op op) const { return templates[static_cast<size_t>(op)]; }
+  bool serves(Op op) const { return !templates[template_column(op)].empty(); }
+  std::string_view template_file(Op op) const { return templates[template_column(op)]; }
+  // The routes.def column of an op: the chunk op shares the prefill template.
+  static constexpr size_t template_column(Op op) { return op == Op::chunk ? 2 : static_cast<size_t>(op); }
 };
 
 // Everything a launch of `key` for `call` on `device` needs besides the kernel

@@ -18,7 +18,7 @@ namespace {
 
 // The C enums of kdajit.h and the C++ key enums number their values alike.
 static_assert(KDAJIT_OP_SINGLE == static_cast<int>(Op::single) && KDAJIT_OP_PACKED == static_cast<int>(Op::packed) &&
-              KDAJIT_OP_PREFILL == static_cast<int>(Op::prefill));
+              KDAJIT_OP_PREFILL == static_cast<int>(Op::prefill) && KDAJIT_OP_CHUNK == static_cast<int>(Op::chunk));
 static_assert(KDAJIT_DTYPE_F32 == static_cast<int>(StateDtype::f32) &&
               KDAJIT_DTYPE_BF16 == static_cast<int>(StateDtype::bf16));
 static_assert(KDAJIT_CONV_SD == static_cast<int>(ConvLayout::sd) && KDAJIT_CONV_DS == static_cast<int>(ConvLayout::ds));

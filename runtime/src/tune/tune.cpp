@@ -213,7 +213,7 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
   for (const KernelKey& k : o.families) {
     // Decode families only: a prefill call's route depends on its prompt
     // lengths, which the rows axis does not vary (the selector's prefill band).
-    if (k.op == Op::prefill) continue;
+    if (chunked(k.op)) continue;
     KernelKey family = TuneTable::family_of(k);
     family.arch = device.arch;
     if (!done.insert(family).second) continue;

@@ -70,7 +70,7 @@ void TuneTable::add(const KernelKey& family, Band band) {
 }
 
 std::optional<Route> TuneTable::route_for(const CallShape& call) const {
-  if (call.family.op == Op::prefill) return std::nullopt;  // tables hold decode families only
+  if (chunked(call.family.op)) return std::nullopt;  // tables hold decode families only
   auto it = bands_.find(family_of(call.family));
   if (it == bands_.end()) return std::nullopt;
   const int64_t rows = call.family.op == Op::packed ? call.num_seqs : call.rows;
@@ -126,7 +126,7 @@ Result<TuneTable> TuneTable::from_json(const nlohmann::json& j) {
     kj["arch"] = to_string(ident.arch);
     auto key = key_from_json(kj);
     if (!key) return bad(key.error().message);
-    if (key->op == Op::prefill) return bad("family: op prefill is not tuned (expected single or packed)");
+    if (chunked(key->op)) return bad(fmt::format("family: op {} is not tuned (expected single or packed)", to_string(key->op)));
     for (const auto& b : fam["bands"]) {
       if (!b.is_object() || !b.contains("rows_lo") || !b["rows_lo"].is_number_integer() || !b.contains("route") ||
           !b["route"].is_string())
