@@ -48,6 +48,31 @@ struct KdaParams {
   float lower_bound;
   float norm_eps;
   kda_i32 conv_taps;  // K: conv_state taps per channel (prefill reads it; decode has K = T + 2 built in)
+
+  // The chunk op (CONTRACT §11) also reads raw_gate (g: bf16, or f32 with
+  // KDA_CHUNK_G_F32), raw_beta (beta, likewise), A_log, dt_bias (null: no
+  // bias), state (initial states [N, H, D, D], null: zero; slot n is sequence
+  // n, state_slot_stride apart), output, query_start_loc (cu_seqlens), rows,
+  // num_seqs, lower_bound and the strides named alike. The prefill op sets
+  // state_v_stride = D, state_k_stride = 1 and leaves the rest zero.
+  const kda_bf16_bits* q;           // [R, H, D]
+  const kda_bf16_bits* k;           // [R, H, D]
+  const kda_bf16_bits* v;           // [R, H, D]
+  void* final_state;                // [N, H, D, D] or null (not written)
+  kda_i64 q_row_stride;
+  kda_i64 k_row_stride;
+  kda_i64 v_row_stride;
+  kda_i64 final_slot_stride;
+  kda_i64 state_v_stride;           // elements between value rows of a head's state: D ([v][k]) or 1 ([k][v])
+  kda_i64 state_k_stride;           // elements between key columns: 1 or D
+  float scale;                      // q's scale
+  kda_i32 chunk_flags;              // KDA_CHUNK_* bits
 };
+
+// chunk_flags of the chunk op.
+#define KDA_CHUNK_QK_L2NORM 1  // q and k divided by sqrt(sum x^2 + 1e-6)
+#define KDA_CHUNK_BETA_SIGMOID 2  // beta = sigmoid(beta); else beta as given
+#define KDA_CHUNK_G_F32 4  // g is f32 (else bf16)
+#define KDA_CHUNK_BETA_F32 8  // beta is f32 (else bf16)
 
 #endif  // KDAJIT_KDA_PARAMS_H

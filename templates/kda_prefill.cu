@@ -28,9 +28,19 @@
 // After the last chunk the state goes back to the slot (rounding point 2 for
 // bf16 state) and the last 3 inputs of every channel to conv taps 0..2.
 // Every exponential the kernel forms has a non-positive argument.
+//
+// The chunk op (KDA_CHUNK 1, CONTRACT §11) runs the same chunks on FLA
+// chunk_kda's tensors: step 1 loads q, k and v as given (no conv; the L2 norm
+// and beta's sigmoid as chunk_flags say, q scaled by p.scale), sequence n
+// starts from dense state n of p.state (or zero) and ends in p.final_state,
+// and step 6 stores round_bf16(o) without the norm. Nothing of the conv state,
+// the norm weight or the output gate is read.
 
 #ifndef KDA_T
 #define KDA_T 64  // hole: the chunk size (the key's t field for the prefill op)
+#endif
+#ifndef KDA_CHUNK
+#define KDA_CHUNK 0  // hole: 1 for the chunk op
 #endif
 #ifndef KDA_SMEM_BYTES
 #define KDA_SMEM_BYTES 232448  // hole: dynamic shared memory of a launch
@@ -55,6 +65,7 @@ enum : int {
   kLdOb = kVRows + 8,            // row stride (bf16) of OB [t][v]
   kSolveCols = kD + kVRows,      // columns of the forward substitution: W's, then U's
 };
+constexpr bool kChunk = KDA_CHUNK != 0;
 static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
 static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
 static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
@@ -155,6 +166,11 @@ __device__ __forceinline__ float gate_log(float g, float A, float lower_bound) {
 #endif
 }
 
+// Element i of a bf16 tensor, or of an f32 one when `f32` (the chunk op's g and beta).
+__device__ __forceinline__ float load_bf16_or_f32(const void* base, long long i, bool f32) {
+  return f32 ? static_cast<const float*>(base)[i] : bf16_to_f32(static_cast<const unsigned short*>(base)[i]);
+}
+
 // Head channel (j * 128 + d) of local conv channel c of a CTA whose v slice starts at v0.
 __device__ __forceinline__ int head_channel(int c, int v0) { return c < 2 * kD ? c : c + v0; }
 
@@ -238,9 +254,50 @@ __device__ __forceinline__ void conv_state_out(const KdaParams& p, int h, int v0
   }
 }
 
-// Step 1: the q/k norm scales, per token (one warp per token).
-__device__ __forceinline__ void norm_scales(const Smem& sm) {
+// Step 1 of the chunk op: q, k and this CTA's v slice of chunk rows row0 ..
+// row0 + L - 1 into the buffers the conv fills (rows past L give zeros).
+// Element i of the chunk is (token i / kChans, channel i % kChans): a warp
+// reads consecutive channels of one row; every load of a batch is issued
+// before its stores.
+__device__ __forceinline__ void load_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long row0, int L) {
+  enum : int { kPer = kC * kChans / kThreads, kBatch = 8 };
+  static_assert(kC * kChans % kThreads == 0, "whole rounds of the chunk's elements");
+  for (int jb = 0; jb < kPer; jb += kBatch) {
+    unsigned short b[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kChans, c = i % kChans;
+      const long long row = row0 + (t < L ? t : 0);
+      if (jb + j >= kPer) break;
+      b[j] = c < kD       ? p.q[row * p.q_row_stride + h * kD + c]
+             : c < 2 * kD ? p.k[row * p.k_row_stride + h * kD + c - kD]
+                          : p.v[row * p.v_row_stride + h * kD + v0 + c - 2 * kD];
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kChans, c = i % kChans;
+      if (jb + j >= kPer) break;
+      const unsigned short x = t < L ? b[j] : static_cast<unsigned short>(0);
+      if (c < kD) sm.mq()[t * kD + c] = x;
+      else if (c < 2 * kD) sm.mk()[t * kD + c - kD] = x;
+      else sm.mv()[t * kVRows + c - 2 * kD] = x;
+    }
+  }
+}
+
+// Step 1: the q/k norm scales, per token (one warp per token): 1 / |q| /
+// sqrt(128) and 1 / |k| for the prefill op; for the chunk op p.scale / |q|
+// and 1 / |k| with the L2 norm, else p.scale and 1.
+__device__ __forceinline__ void norm_scales(const KdaParams& p, const Smem& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (kChunk && !(p.chunk_flags & KDA_CHUNK_QK_L2NORM)) {
+    if (threadIdx.x < kC) {
+      sm.rq()[threadIdx.x] = p.scale;
+      sm.rk()[threadIdx.x] = 1.f;
+    }
+    return;
+  }
+  const float qscale = kChunk ? p.scale : 0.08838834764831845f;  // 1 / sqrt(128)
   for (int t = warp; t < kC; t += kWarps) {
     const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + t * kD + 4 * lane);
     const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + t * kD + 4 * lane);
@@ -249,7 +306,7 @@ __device__ __forceinline__ void norm_scales(const Smem& sm) {
     const float sq = warp_sum(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
     const float sk = warp_sum(k0 * k0 + k1 * k1 + k2 * k2 + k3 * k3);
     if (lane == 0) {
-      sm.rq()[t] = rsqrtf(sq + 1e-6f) * 0.08838834764831845f;  // 1 / sqrt(128)
+      sm.rq()[t] = rsqrtf(sq + 1e-6f) * qscale;
       sm.rk()[t] = rsqrtf(sk + 1e-6f);
     }
   }
@@ -262,22 +319,30 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, 
                                             float A, float dtb) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
+  const bool g_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_G_F32);
   float acc = 0.f;
-  unsigned short gb[kC / 2];  // every load of the thread's half column first
+  float gb[kC / 2];  // every load of the thread's half column first
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    gb[i] = p.raw_gate[(row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k];
+    gb[i] = load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
   }
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    if (t < L) acc += gate_log(bf16_to_f32(gb[i]) + dtb, A, p.lower_bound);
+    if (t < L) acc += gate_log(gb[i] + dtb, A, p.lower_bound);
     G[t * kD + k] = acc;
   }
   if (threadIdx.x < kC) {
     const int t = threadIdx.x;
-    sm.beta()[t] = t < L ? sigmoid(bf16_to_f32(p.raw_beta[(row0 + t) * p.beta_row_stride + h])) : 0.f;
+    const bool b_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_BETA_F32);
+    const bool b_sigmoid = !kChunk || (p.chunk_flags & KDA_CHUNK_BETA_SIGMOID);
+    float b = 0.f;
+    if (t < L) {
+      b = load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
+      if (b_sigmoid) b = sigmoid(b);
+    }
+    sm.beta()[t] = b;
   }
   __syncthreads();
   if (half == 1) {
@@ -545,41 +610,83 @@ struct StateTile {
   float s[kD / 8][4];
 };
 
-__device__ __forceinline__ long long state_elem(const KdaParams& p, int slot, int h, int v, int k) {
-  return static_cast<long long>(slot) * p.state_slot_stride + (static_cast<long long>(h) * kD + v) * kD + k;
+// A head's state is [v][k] (state_v_stride D, state_k_stride 1: the slot
+// pool, and the chunk op with state_v_first) or [k][v] (D apart along k: FLA's
+// layout). A thread holds columns k and k + 1 of its rows: one 8-byte (f32) or
+// 4-byte (bf16) access when they are adjacent, two otherwise.
+#if KDA_STATE_BF16
+typedef unsigned short StateElem;
+#else
+typedef float StateElem;
+#endif
+
+__device__ __forceinline__ long long state_elem(const KdaParams& p, long long slot_stride, int slot, int h, int v,
+                                                int k) {
+  return static_cast<long long>(slot) * slot_stride + static_cast<long long>(h) * kD * kD + v * p.state_v_stride +
+         k * p.state_k_stride;
 }
 
 __device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const StateElem* base = static_cast<const StateElem*>(p.state);
+  const bool pair = p.state_k_stride == 1;
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const long long e = state_elem(p, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+      const long long e = state_elem(p, p.state_slot_stride, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+      float x0, x1;
 #if KDA_STATE_BF16
-      const unsigned w = *reinterpret_cast<const unsigned*>(static_cast<const unsigned short*>(p.state) + e);
-      st.s[nt][2 * hr] = bf16lo_to_f32(w);
-      st.s[nt][2 * hr + 1] = bf16hi_to_f32(w);
+      if (pair) {
+        const unsigned w = *reinterpret_cast<const unsigned*>(base + e);
+        x0 = bf16lo_to_f32(w);
+        x1 = bf16hi_to_f32(w);
+      } else {
+        x0 = bf16_to_f32(base[e]);
+        x1 = bf16_to_f32(base[e + p.state_k_stride]);
+      }
 #else
-      const float2 v = *reinterpret_cast<const float2*>(static_cast<const float*>(p.state) + e);
-      st.s[nt][2 * hr] = v.x;
-      st.s[nt][2 * hr + 1] = v.y;
+      if (pair) {
+        const float2 v = *reinterpret_cast<const float2*>(base + e);
+        x0 = v.x;
+        x1 = v.y;
+      } else {
+        x0 = base[e];
+        x1 = base[e + p.state_k_stride];
+      }
 #endif
+      st.s[nt][2 * hr] = x0;
+      st.s[nt][2 * hr + 1] = x1;
     }
 }
 
-__device__ __forceinline__ void state_store(const KdaParams& p, int slot, int h, int vrow, const StateTile& st) {
+// Into `dst` (the slot pool for the prefill op, final_state for the chunk op),
+// `slot_stride` elements between slots.
+__device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
+                                            int vrow, const StateTile& st) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  StateElem* base = static_cast<StateElem*>(dst);
+  const bool pair = p.state_k_stride == 1;
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const long long e = state_elem(p, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+      const long long e = state_elem(p, slot_stride, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
+      const float x0 = st.s[nt][2 * hr], x1 = st.s[nt][2 * hr + 1];
 #if KDA_STATE_BF16
-      *reinterpret_cast<unsigned*>(static_cast<unsigned short*>(p.state) + e) =
-          pack_bf16x2(st.s[nt][2 * hr], st.s[nt][2 * hr + 1]);
+      if (pair) {
+        *reinterpret_cast<unsigned*>(base + e) = pack_bf16x2(x0, x1);
+      } else {
+        base[e] = f32_to_bf16(x0);
+        base[e + p.state_k_stride] = f32_to_bf16(x1);
+      }
 #else
-      *reinterpret_cast<float2*>(static_cast<float*>(p.state) + e) = make_float2(st.s[nt][2 * hr], st.s[nt][2 * hr + 1]);
+      if (pair) {
+        *reinterpret_cast<float2*>(base + e) = make_float2(x0, x1);
+      } else {
+        base[e] = x0;
+        base[e + p.state_k_stride] = x1;
+      }
 #endif
     }
 }
@@ -660,13 +767,15 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
       const float f_lo = bf16_to_f32(b_lo), f_hi = bf16_to_f32(b_hi);
       part[e] = f_lo * f_lo + f_hi * f_hi;
     }
+    if constexpr (!kChunk) {  // the chunk op has no norm
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float v = part[e];
-      v += __shfl_xor_sync(kFull, v, 4);
-      v += __shfl_xor_sync(kFull, v, 8);
-      v += __shfl_xor_sync(kFull, v, 16);
-      if (g == 0) sm.warp_sum()[warp * kC + 8 * nt + 2 * q + e] = v;
+      for (int e = 0; e < 2; ++e) {
+        float v = part[e];
+        v += __shfl_xor_sync(kFull, v, 4);
+        v += __shfl_xor_sync(kFull, v, 8);
+        v += __shfl_xor_sync(kFull, v, 16);
+        if (g == 0) sm.warp_sum()[warp * kC + 8 * nt + 2 * q + e] = v;
+      }
     }
   }
 }
@@ -718,6 +827,14 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
   }
 }
 
+// Step 6 of the chunk op: round_bf16(o) of the chunk's rows as they are.
+__device__ __forceinline__ void plain_output(const KdaParams& p, const Smem& sm, int h, int v0, long long row0, int L) {
+  for (int i = threadIdx.x; i < L * kVRows; i += kThreads) {
+    const int t = i / kVRows, vv = i % kVRows;
+    p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = sm.ob()[t * kLdOb + vv];
+  }
+}
+
 // Output values [v0, v0 + kVRows) of head h for rows [r0, r1), clamped to the call's rows.
 __device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long r0, long long r1, int v0) {
   r0 = r0 < 0 ? 0 : r0;
@@ -729,22 +846,26 @@ __device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long
 __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int n, int h, int rank) {
   const int v0 = rank * kVRows;
   const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
-  const int slot = p.state_indices[n];
+  // The chunk op's sequence n has dense state n and no slot.
+  const int slot = kChunk ? n : p.state_indices[n];
   if (n == 0) zero_output(p, h, 0, q0, v0);
   if (n == p.num_seqs - 1) zero_output(p, h, q1, p.rows, v0);
-  if (slot >= p.num_slots && h == 0 && rank == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
+  if (!kChunk && slot >= p.num_slots && h == 0 && rank == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
     atomicAdd(p.oob_counter, 1);
   // A sequence computes its rows when it is live: a well-formed, non-empty
-  // range and a valid slot. Otherwise its range, clamped to the call's rows,
-  // is zeros; with the rows before qsl[0] and after qsl[N] that covers every
-  // row no live sequence computes (an ascending path from qsl[0] to qsl[N]
-  // steps over every row between them).
-  const bool live = 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
+  // range and a valid slot (the chunk op: a well-formed range, empty ones
+  // included, whose final state is its initial one). Otherwise its range,
+  // clamped to the call's rows, is zeros; with the rows before qsl[0] and
+  // after qsl[N] that covers every row no live sequence computes (an ascending
+  // path from qsl[0] to qsl[N] steps over every row between them).
+  const bool live = kChunk ? 0 <= q0 && q0 <= q1 && q1 <= p.rows
+                           : 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
   if (!live) {
     zero_output(p, h, q0, q1, v0);
     return;
   }
-  const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  const bool initial =
+      kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
   const long long len = q1 - q0;
 
   // Per-thread constants: the gate's A and dt_bias of its column; norm_weight
@@ -752,8 +873,8 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   const int warp = threadIdx.x >> 5;
   const long long cbase = static_cast<long long>(slot) * p.conv_slot_stride;
   const float A = __expf(p.A_log[h]);
-  const float dtb = p.dt_bias[h * kD + (threadIdx.x & (kD - 1))];
-  if (threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
+  const float dtb = p.dt_bias != nullptr ? p.dt_bias[h * kD + (threadIdx.x & (kD - 1))] : 0.f;
+  if (!kChunk && threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
 
   StateTile st;
   const bool state_warp = warp < kSWarps;
@@ -771,11 +892,12 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   for (long long c0 = 0; c0 < len; c0 += kC) {
     const long long row0 = q0 + c0;
     const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-    conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
-    gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after the conv's stores
+    if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
+    else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
+    gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after step 1's stores
     __syncthreads();
     const bool safe = factored_blocks_safe(sm);
-    norm_scales(sm);
+    norm_scales(p, sm);
     const bool factored = __syncthreads_and(safe);
     scaled_operands(sm);
     if (factored) {
@@ -790,19 +912,29 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     __syncthreads();
     if (state_warp) state_pass(sm, st);
     __syncthreads();
-    norm_output(p, sm, h, v0, rank, row0, L, parity);
+    if constexpr (kChunk) plain_output(p, sm, h, v0, row0, L);
+    else norm_output(p, sm, h, v0, rank, row0, L, parity);
     __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
     parity ^= 1;
   }
 
-  if (state_warp) state_store(p, slot, h, vrow, st);
-  conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
+  if constexpr (kChunk) {
+    if (state_warp && p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, slot, h, vrow, st);
+  } else {
+    if (state_warp) state_store(p, p.state, p.state_slot_stride, slot, h, vrow, st);
+    conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
+  }
 }
 
 }  // namespace prefill
 }  // namespace kda
 
-extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) kda_prefill(const __grid_constant__ KdaParams p) {
+#if KDA_CHUNK
+#define KDA_PREFILL_ENTRY kda_chunk
+#else
+#define KDA_PREFILL_ENTRY kda_prefill
+#endif
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_PREFILL_ENTRY(const __grid_constant__ KdaParams p) {
   extern __shared__ __align__(16) unsigned char kda_smem[];
   const kda::prefill::Smem sm{kda_smem};
   const int h = blockIdx.x;
