@@ -82,6 +82,10 @@ kdajit::Result<kdajit::Op> op_of(const kdajit_op_t& op) {
     return kdajit::invalid_argument(
         "op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1) for kdajit_decode_args_t, got KDAJIT_OP_PREFILL (2) "
         "(a prefill's args are a kdajit_prefill_args_t: kdajit_validate_prefill_args)");
+  if (v == KDAJIT_OP_CHUNK)
+    return kdajit::invalid_argument(
+        "op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1) for kdajit_decode_args_t, got KDAJIT_OP_CHUNK (3) "
+        "(a chunk call's args are a kdajit_chunk_args_t: kdajit_validate_chunk_args)");
   return kdajit::invalid_argument("op: expected KDAJIT_OP_SINGLE (0) or KDAJIT_OP_PACKED (1), got " + std::to_string(v));
 }
 
@@ -227,6 +231,40 @@ kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args) 
     auto a = kdajit::read_sized(*args, scratch, kdajit::default_prefill_args, kdajit::kPrefillArgsStruct);
     if (!a) return kdajit::to_outcome(std::move(a).error());
     auto r = kdajit::validate_prefill(**a);
+    return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
+  });
+}
+
+void kdajit_chunk_args_init_v1(kdajit_chunk_args_t* args, size_t struct_size) {
+  kdajit_chunk_args_t a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.gate = KDAJIT_GATE_BOUNDED;
+  a.lower_bound = -5.0f;
+  a.scale = 0.08838834764831845f;  // 1 / sqrt(128)
+  a.qk_l2norm = 1;
+  a.beta_sigmoid = 1;
+  a.state_v_first = 0;
+  a.max_seq_len = 0;
+  kdajit::init_sized(args, struct_size, a);
+}
+
+kdajit_status_t kdajit_chunk(kdajit_runtime_t* runtime, const kdajit_chunk_args_t* args, kdajit_stream_t stream) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_chunk_args_t, got NULL", {}};
+    return runtime->rt->chunk(*args, stream);
+  });
+}
+
+kdajit_status_t kdajit_validate_chunk_args(const kdajit_chunk_args_t* args) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, "args: expected a kdajit_chunk_args_t, got NULL", {}};
+    kdajit_chunk_args_t scratch;
+    auto a = kdajit::read_sized(*args, scratch, kdajit::default_chunk_args, kdajit::kChunkArgsStruct);
+    if (!a) return kdajit::to_outcome(std::move(a).error());
+    auto r = kdajit::validate_chunk(**a);
     return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
   });
 }

@@ -24,11 +24,23 @@ Status prefill_sized(Runtime::Impl& impl, const PrefillArgs& given, StreamHandle
   return impl.prefill(*args, stream);
 }
 
+Status chunk_sized(Runtime::Impl& impl, const ChunkArgs& given, StreamHandle stream) {
+  ChunkArgs scratch;
+  KDAJIT_TRY_ASSIGN(const ChunkArgs* args, read_sized(given, scratch, default_chunk_args, kChunkArgsStruct));
+  return impl.chunk(*args, stream);
+}
+
 }  // namespace
 
 PrefillArgs default_prefill_args() {
   PrefillArgs a{};
   kdajit_prefill_args_init(&a);
+  return a;
+}
+
+ChunkArgs default_chunk_args() {
+  ChunkArgs a{};
+  kdajit_chunk_args_init(&a);
   return a;
 }
 
@@ -73,12 +85,29 @@ Outcome Runtime::selected_prefill_key(const PrefillArgs& given, StreamHandle str
   return {};
 }
 
+Outcome Runtime::chunk(const ChunkArgs& args, StreamHandle stream) { return to_outcome(chunk_sized(*impl_, args, stream)); }
+
+Outcome Runtime::selected_chunk_key(const ChunkArgs& given, StreamHandle stream, std::string* key_name_out) {
+  ChunkArgs scratch;
+  auto sized = read_sized(given, scratch, default_chunk_args, kChunkArgsStruct);
+  if (!sized) return to_outcome(std::move(sized).error());
+  auto key = impl_->selected_chunk_key(**sized, stream);
+  if (!key) return to_outcome(std::move(key).error());
+  if (key_name_out) *key_name_out = key_name(*key);
+  return {};
+}
+
 Outcome Runtime::selected_key(kdajit_op_t op, const DecodeArgs& given, StreamHandle stream, std::string* key_name_out) {
   const int32_t v = enum_value(op);
   if (v == KDAJIT_OP_PREFILL)
     return {KDAJIT_ERROR_INVALID_ARGUMENT,
             "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED for kdajit_decode_args_t, got KDAJIT_OP_PREFILL (a "
             "prefill's args are a kdajit_prefill_args_t: Runtime::selected_prefill_key)",
+            {}};
+  if (v == KDAJIT_OP_CHUNK)
+    return {KDAJIT_ERROR_INVALID_ARGUMENT,
+            "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED for kdajit_decode_args_t, got KDAJIT_OP_CHUNK (a "
+            "chunk call's args are a kdajit_chunk_args_t: Runtime::selected_chunk_key)",
             {}};
   if (v != KDAJIT_OP_SINGLE && v != KDAJIT_OP_PACKED)
     return {KDAJIT_ERROR_INVALID_ARGUMENT, "op: expected KDAJIT_OP_SINGLE or KDAJIT_OP_PACKED, got " + std::to_string(v), {}};

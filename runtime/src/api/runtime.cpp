@@ -194,6 +194,13 @@ Result<KernelKey> Runtime::Impl::selected_prefill_key(const kdajit_prefill_args_
   return r.key;
 }
 
+Result<KernelKey> Runtime::Impl::selected_chunk_key(const kdajit_chunk_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(ValidatedCall call, validate_chunk(args));
+  KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
+  KDAJIT_TRY_ASSIGN(Resolved r, resolve(ctx, call.shape));
+  return r.key;
+}
+
 Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_t stream) {
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   KDAJIT_TRY_ASSIGN(CUcontext ctx, context_for(stream));
@@ -213,6 +220,11 @@ Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_
 
 Status Runtime::Impl::prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream) {
   KDAJIT_TRY_ASSIGN(const ValidatedCall call, validate_prefill(args));
+  return launch_validated(call, stream);
+}
+
+Status Runtime::Impl::chunk(const kdajit_chunk_args_t& args, kdajit_stream_t stream) {
+  KDAJIT_TRY_ASSIGN(const ValidatedCall call, validate_chunk(args));
   return launch_validated(call, stream);
 }
 

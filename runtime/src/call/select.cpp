@@ -10,7 +10,7 @@ namespace kdajit {
 
 namespace {
 
-// The prefill op (docs/DESIGN.md, "Prefill: the chunked op"): split4 for long
+// The chunked ops (docs/DESIGN.md, "Prefill: the chunked op"): split4 for long
 // prompts whose sequence-heads leave SMs idle with one CTA each (its CTAs fit
 // one per SM), rowcta otherwise. Measured on the H200 (ab/probe, 2026-12-04):
 // 1 x 16384 tokens at H = 16, split4 11.0 ms, rowcta 13.0, split2 14.6,
@@ -34,7 +34,7 @@ Route prefill_route(const CallShape& call, const DeviceTraits& device) {
 }  // namespace
 
 Route builtin_route(const CallShape& call, const DeviceTraits& device) {
-  if (call.family.op == Op::prefill) return prefill_route(call, device);
+  if (chunked(call.family.op)) return prefill_route(call, device);
   if (call.mode == IndicesMode::repeated_positive) return Route::sequential;
   const RouteSpec& stream = route_spec(Route::stream);
   const bool stream_ok = stream.eligible(call, device);
@@ -112,7 +112,7 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   };
   CallShape call;
   call.family = family;
-  const bool prefill = family.op == Op::prefill;
+  const bool prefill = chunked(family.op);
   if (prefill) {
     // The pick depends on N, H, the SMs and whether the longest prompt reaches
     // kPrefillSplitMinLength: one short and one long length per N covers it.
@@ -165,7 +165,7 @@ Result<Route> select_route(const CallShape& call, const DeviceTraits& device, co
     return *policy.forced;
   }
   // Tune tables hold decode families only (`kdajit tune` times decode calls).
-  if (policy.tuned && call.family.op != Op::prefill && route_spec(*policy.tuned).serves(call.family.op) &&
+  if (policy.tuned && !chunked(call.family.op) && route_spec(*policy.tuned).serves(call.family.op) &&
       route_spec(*policy.tuned).eligible(call, device))
     return *policy.tuned;
   return builtin_route(call, device);

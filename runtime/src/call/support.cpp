@@ -110,6 +110,7 @@ struct SyntheticCall {
   Op op = Op::single;
   kdajit_decode_args_t args{};
   kdajit_prefill_args_t prefill{};  // op prefill
+  kdajit_chunk_args_t chunk{};      // op chunk
 };
 
 // A well-formed prefill of the configuration: N = `rows` sequences of one
@@ -137,17 +138,58 @@ Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, 
   return out;
 }
 
+// A well-formed chunk call of the configuration: N = `rows` sequences of one
+// chunk each, both states given in FLA's layout, bf16 g and beta. Its keys
+// carry conv sd: a DS configuration is an error, as for the key.
+Result<SyntheticCall> synthetic_chunk(const kdajit_config_t& c, int64_t rows, int32_t conv) {
+  if (rows > std::numeric_limits<int32_t>::max() / kPrefillChunk)
+    return invalid_argument(fmt::format("rows: expected N in 1..{} (N sequences of {} tokens must fit in int32 rows), "
+                                        "got {}",
+                                        std::numeric_limits<int32_t>::max() / kPrefillChunk, kPrefillChunk, rows));
+  if (c.tokens != kPrefillChunk)
+    return invalid_argument(fmt::format("tokens: expected {} (the chunk size of the chunk op's keys), got {}",
+                                        kPrefillChunk, c.tokens));
+  if (conv != KDAJIT_CONV_SD)
+    return invalid_argument("conv_layout: expected sd for the chunk op (it has no conv; its keys carry sd), got ds");
+  SyntheticCall out;
+  out.op = Op::chunk;
+  kdajit_chunk_args_t& a = out.chunk;
+  a.struct_size = sizeof a;
+  a.gate = c.gate;
+  a.lower_bound = -5.0f;
+  a.scale = 0.08838834764831845f;
+  a.qk_l2norm = 1;
+  a.beta_sigmoid = 1;
+  a.max_seq_len = kPrefillChunk;
+  const int64_t H = c.heads, N = rows, R = rows * kPrefillChunk, hidden = H * kHeadDim;
+  Placer pl;
+  a.q = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.k = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.v = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.g = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.beta = view(pl, KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
+  a.A_log = view(pl, KDAJIT_DTYPE_F32, {H}, {1});
+  a.dt_bias = view(pl, KDAJIT_DTYPE_F32, {hidden}, {1});
+  const int64_t slice = kHeadDim * kHeadDim;
+  a.initial_state = view(pl, c.state_dtype, {N, H, kHeadDim, kHeadDim}, {H * slice, slice, kHeadDim, 1});
+  a.final_state = view(pl, c.state_dtype, {N, H, kHeadDim, kHeadDim}, {H * slice, slice, kHeadDim, 1});
+  a.output = view(pl, KDAJIT_DTYPE_BF16, {R, H, kHeadDim}, {hidden, kHeadDim, 1});
+  a.cu_seqlens = view(pl, KDAJIT_DTYPE_INT32, {N + 1}, {1});
+  return out;
+}
+
 // A well-formed call of the configuration with `rows` rows or sequences: the
 // input of the same validation a real call goes through.
 Result<SyntheticCall> synthetic_call(const kdajit_config_t& c, int64_t rows) {
   const int32_t op = enum_value(c.op);
-  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED && op != KDAJIT_OP_PREFILL)
+  if (op != KDAJIT_OP_SINGLE && op != KDAJIT_OP_PACKED && op != KDAJIT_OP_PREFILL && op != KDAJIT_OP_CHUNK)
     return invalid_argument(fmt::format("op: expected {}, got {}", choices<Op>(), op));
   const int32_t conv = enum_value(c.conv_layout);
   if (conv != KDAJIT_CONV_SD && conv != KDAJIT_CONV_DS)
     return invalid_argument(fmt::format("conv_layout: expected {}, got {}", choices<ConvLayout>(), conv));
   if (rows < 1) return invalid_argument(fmt::format("rows: expected R (or N) >= 1, got {}", rows));
   if (op == KDAJIT_OP_PREFILL) return synthetic_prefill(c, rows, conv);
+  if (op == KDAJIT_OP_CHUNK) return synthetic_chunk(c, rows, conv);
   SyntheticCall out;
   out.op = op == KDAJIT_OP_SINGLE ? Op::single : Op::packed;
   // A packed call has N x T rows: N past INT64_MAX / T would wrap to a negative shape.
@@ -180,7 +222,9 @@ Result<std::pair<ValidatedCall, DeviceTraits>> derive(const kdajit_config_t& c, 
                                         dt == KDAJIT_DTYPE_INT32 ? std::string("int32") : fmt::format("dtype({})", dt)));
   KDAJIT_TRY_ASSIGN(SyntheticCall sc, synthetic_call(c, rows));
   KDAJIT_TRY_ASSIGN(ValidatedCall call,
-                    sc.op == Op::prefill ? validate_prefill(sc.prefill) : validate_decode(sc.op, sc.args));
+                    sc.op == Op::prefill ? validate_prefill(sc.prefill)
+                    : sc.op == Op::chunk ? validate_chunk(sc.chunk)
+                                         : validate_decode(sc.op, sc.args));
   // The single op's call has T = 1 by construction (conv_state K = 3); a real
   // call with another K fails validation after the checks above, as here.
   if (sc.op == Op::single && c.tokens != 1)

@@ -57,6 +57,8 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -166,6 +168,7 @@ struct Sizes {
   std::string context() const {
     if (op == Op::prefill)
       return fmt::format("H={} from A_log, R=T_total={} from x, S={} from state, N={} from state_indices", H, R, S, N);
+    if (op == Op::chunk) return fmt::format("H={} from A_log, R=T_total={} from q, N={} from cu_seqlens", H, R, N);
     std::string s = fmt::format("H={} from A_log, R={} from x, S={} from state", H, R, S);
     if (op == Op::packed) s += fmt::format(", N={} and T={} from state_indices", N, T);
     return s;
@@ -539,6 +542,160 @@ KdaParams make_prefill_params(const kdajit_prefill_args_t& a, const Sizes& sz, c
   p.has_initial_state =
       is_empty_tensor(a.has_initial_state) ? nullptr : static_cast<const kda_i32*>(a.has_initial_state.data);
   p.num_seqs = static_cast<kda_i32>(sz.N);
+  p.state_v_stride = kD;  // the pool's [v][k]
+  p.state_k_stride = 1;
+  return p;
+}
+
+// The chunk op (docs/CONTRACT.md §11): FLA chunk_kda's tensors.
+//
+// | argument                    | dtype    | shape                | strides                                  | align |
+// |-----------------------------|----------|----------------------|------------------------------------------|-------|
+// | q, k, v, output             | bf16     | [R, H, D]            | (row >= hidden, D, 1)                    | 2     |
+// | g                           | bf16|f32 | [R, H, D]            | (row >= hidden, D, 1)                    | elem  |
+// | beta                        | bf16|f32 | [R, H]               | (row >= H, 1)                            | elem  |
+// | A_log                       | f32      | [H], 1 <= H <= 128   | (1)                                      | 4     |
+// | dt_bias                     | f32      | [hidden] or empty    | (1)                                      | 4     |
+// | initial_state, final_state  | f32|bf16 | [N, H, D, D] or empty| (n >= H*D*D, D*D, D, 1); n % 16 bytes    | 16    |
+// | cu_seqlens                  | int32    | [N + 1]              | (1)                                      | 4     |
+//
+// R = T_total from q, H from A_log, N from cu_seqlens (1..2^31-2). The two
+// states, when both are given, have one dtype (the key's); with neither the
+// key's is f32. Scalars: gate and lower_bound as the other ops, scale finite
+// and > 0, qk_l2norm, beta_sigmoid and state_v_first 0 or 1, max_seq_len >= 0.
+
+// Rule group 1 of the chunk op.
+Result<Gate> check_chunk_scalars(const kdajit_chunk_args_t& a) {
+  const int32_t gate = enum_value(a.gate);
+  if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
+    return invalid_argument(fmt::format("gate: expected {}, got {}", choices<Gate>(), gate));
+  const Gate g = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
+  if (g == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
+    return invalid_argument(
+        fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
+  if (!(std::isfinite(a.scale) && a.scale > 0.0f))
+    return invalid_argument(fmt::format("scale: expected a finite value > 0, got {}", a.scale));
+  const std::pair<const char*, int32_t> flags[] = {
+      {"qk_l2norm", a.qk_l2norm}, {"beta_sigmoid", a.beta_sigmoid}, {"state_v_first", a.state_v_first}};
+  for (const auto& [name, v] : flags)
+    if (v != 0 && v != 1) return invalid_argument(fmt::format("{}: expected 0 or 1, got {}", name, v));
+  if (a.max_seq_len < 0)
+    return invalid_argument(fmt::format(
+        "max_seq_len: expected 0 (T_total) or a bound >= 1 on the longest sequence, got {}", a.max_seq_len));
+  return g;
+}
+
+// Rule group 2 of the chunk op: H from A_log, R = T_total from q, N from cu_seqlens.
+Result<Sizes> read_chunk_sizes(const kdajit_chunk_args_t& a) {
+  Sizes sz;
+  sz.op = Op::chunk;
+  sz.T = kPrefillChunk;
+  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
+  sz.H = a.A_log.shape[0];
+  if (sz.H < 1)
+    return invalid_argument(
+        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
+  if (sz.H > kMaxHeads)
+    return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
+                                                     "this build serves), got {}",
+                                                     kMaxHeads, shape_of(a.A_log)));
+  KDAJIT_TRY(check_header("q", a.q, kBF16, 3, "[T_total, H, 128]"));
+  KDAJIT_TRY(check_count("q", a.q, 0, "rows T_total", 1));
+  sz.R = a.q.shape[0];
+  KDAJIT_TRY(check_header("cu_seqlens", a.cu_seqlens, kI32, 1, "[N+1]"));
+  const int64_t n1 = a.cu_seqlens.shape[0];
+  if (n1 < 2 || n1 > kMaxCount)
+    return invalid_argument(fmt::format("cu_seqlens: expected shape [N+1] with N (sequences) in 1..{}, got {}",
+                                        kMaxCount - 1, shape_of(a.cu_seqlens)));
+  sz.N = n1 - 1;
+  return sz;
+}
+
+// Rule group 3 of the chunk op; the state dtype comes back through `state`.
+Result<Layout> check_chunk_tensors(const kdajit_chunk_args_t& a, const Sizes& sz, StateDtype& state) {
+  const int64_t H = sz.H, R = sz.R, N = sz.N, hidden = H * kD;
+  Layout lay;
+  const Dim rhd_dims[] = {{R, "R", hidden, "row"}, {H, "H", kD}, {kD, nullptr, 1}};
+  const Dim beta_dims[] = {{R, "R", H, "row"}, {H, "H", 1}};
+  for (const auto& [name, t] : {std::pair<const char*, const kdajit_tensor_t&>{"q", a.q}, {"k", a.k}, {"v", a.v}}) {
+    KDAJIT_TRY(check_header(name, t, kBF16, 3, "[T_total, H, 128]"));
+    KDAJIT_TRY(check_tensor(name, t, rhd_dims, 2, sz));
+  }
+  KDAJIT_TRY(check_header("g", a.g, kBF16 | kF32, 3, "[T_total, H, 128]"));
+  KDAJIT_TRY(check_tensor("g", a.g, rhd_dims, dtype_bytes(a.g), sz));
+  KDAJIT_TRY(check_header("beta", a.beta, kBF16 | kF32, 2, "[T_total, H]"));
+  KDAJIT_TRY(check_tensor("beta", a.beta, beta_dims, dtype_bytes(a.beta), sz));
+  const Dim alog_dims[] = {{H, "H", 1}};
+  KDAJIT_TRY(check_tensor("A_log", a.A_log, alog_dims, 4, sz));
+  if (!is_empty_tensor(a.dt_bias)) {
+    KDAJIT_TRY(check_header("dt_bias", a.dt_bias, kF32, 1, "[H*128] (or empty: ndim 0 or shape [0])"));
+    const Dim dtb_dims[] = {{hidden, "H*128", 1}};
+    KDAJIT_TRY(check_tensor("dt_bias", a.dt_bias, dtb_dims, 4, sz));
+  }
+  // The states: [N, H, D, D], one dtype between them.
+  const Dim st_dims[] = {{N, "N", H * kD * kD, "n"}, {H, "H", kD * kD}, {kD, nullptr, kD}, {kD, nullptr, 1}};
+  const bool has_initial = !is_empty_tensor(a.initial_state), has_final = !is_empty_tensor(a.final_state);
+  state = StateDtype::f32;
+  for (const auto& [name, t, given] : {std::tuple<const char*, const kdajit_tensor_t&, bool>{"initial_state",
+                                                                                               a.initial_state, has_initial},
+                                       {"final_state", a.final_state, has_final}}) {
+    if (!given) continue;
+    KDAJIT_TRY(check_header(name, t, kF32 | kBF16, 4, "[N, H, 128, 128] (or empty: ndim 0 or shape [0])"));
+    KDAJIT_TRY(check_tensor(name, t, st_dims, 16, sz));
+    KDAJIT_TRY(check_slot_alignment(name, t, 16));
+  }
+  if (has_initial && has_final && a.initial_state.dtype != a.final_state.dtype)
+    return invalid_argument(fmt::format("final_state: expected dtype {} (initial_state's), got {}",
+                                        dtype_name(enum_value(a.initial_state.dtype)),
+                                        dtype_name(enum_value(a.final_state.dtype))));
+  if (has_initial || has_final) {
+    const kdajit_tensor_t& t = has_initial ? a.initial_state : a.final_state;
+    state = enum_value(t.dtype) == KDAJIT_DTYPE_F32 ? StateDtype::f32 : StateDtype::bf16;
+  }
+  KDAJIT_TRY(check_header("output", a.output, kBF16, 3, "[T_total, H, 128]"));
+  KDAJIT_TRY(check_tensor("output", a.output, rhd_dims, 2, sz));
+  const Dim csl_dims[] = {{N + 1, "N+1", 1}};
+  KDAJIT_TRY(check_tensor("cu_seqlens", a.cu_seqlens, csl_dims, 4, sz));
+
+  lay.gate_row = used_stride(a.g, rhd_dims[0], 0);
+  lay.beta_row = used_stride(a.beta, beta_dims[0], 0);
+  lay.out_row = used_stride(a.output, rhd_dims[0], 0);
+  lay.state_slot = has_initial ? used_stride(a.initial_state, st_dims[0], 0) : 0;
+  return lay;
+}
+
+KdaParams make_chunk_params(const kdajit_chunk_args_t& a, const Sizes& sz, const Layout& lay) {
+  const Dim rhd_row{sz.R, "R", sz.H * kD, "row"};
+  const Dim st_n{sz.N, "N", sz.H * kD * kD, "n"};
+  KdaParams p{};
+  p.q = static_cast<const kda_bf16_bits*>(a.q.data);
+  p.k = static_cast<const kda_bf16_bits*>(a.k.data);
+  p.v = static_cast<const kda_bf16_bits*>(a.v.data);
+  p.q_row_stride = used_stride(a.q, rhd_row, 0);
+  p.k_row_stride = used_stride(a.k, rhd_row, 0);
+  p.v_row_stride = used_stride(a.v, rhd_row, 0);
+  p.raw_gate = static_cast<const kda_bf16_bits*>(a.g.data);  // f32 with KDA_CHUNK_G_F32
+  p.raw_beta = static_cast<const kda_bf16_bits*>(a.beta.data);
+  p.gate_row_stride = lay.gate_row;
+  p.beta_row_stride = lay.beta_row;
+  p.A_log = static_cast<const float*>(a.A_log.data);
+  p.dt_bias = is_empty_tensor(a.dt_bias) ? nullptr : static_cast<const float*>(a.dt_bias.data);
+  p.state = is_empty_tensor(a.initial_state) ? nullptr : a.initial_state.data;
+  p.state_slot_stride = lay.state_slot;
+  p.final_state = is_empty_tensor(a.final_state) ? nullptr : a.final_state.data;
+  p.final_slot_stride = p.final_state ? used_stride(a.final_state, st_n, 0) : 0;
+  p.state_v_stride = a.state_v_first ? kD : 1;
+  p.state_k_stride = a.state_v_first ? 1 : kD;
+  p.output = static_cast<kda_bf16_bits*>(a.output.data);
+  p.out_row_stride = lay.out_row;
+  p.query_start_loc = static_cast<const kda_i32*>(a.cu_seqlens.data);
+  p.rows = static_cast<kda_i32>(sz.R);
+  p.num_seqs = static_cast<kda_i32>(sz.N);
+  p.lower_bound = a.lower_bound;
+  p.scale = a.scale;
+  p.chunk_flags = (a.qk_l2norm ? KDA_CHUNK_QK_L2NORM : 0) | (a.beta_sigmoid ? KDA_CHUNK_BETA_SIGMOID : 0) |
+                  (enum_value(a.g.dtype) == KDAJIT_DTYPE_F32 ? KDA_CHUNK_G_F32 : 0) |
+                  (enum_value(a.beta.dtype) == KDAJIT_DTYPE_F32 ? KDA_CHUNK_BETA_F32 : 0);
   return p;
 }
 
@@ -565,11 +722,37 @@ Result<ValidatedCall> validate_prefill(const kdajit_prefill_args_t& a) {
   return call;
 }
 
+Result<ValidatedCall> validate_chunk(const kdajit_chunk_args_t& a) {
+  KDAJIT_TRY_ASSIGN(const Gate gate, check_chunk_scalars(a));
+  KDAJIT_TRY_ASSIGN(const Sizes sz, read_chunk_sizes(a));
+  StateDtype state = StateDtype::f32;
+  KDAJIT_TRY_ASSIGN(const Layout lay, check_chunk_tensors(a, sz, state));
+
+  ValidatedCall call;
+  KernelKey& family = call.shape.family;
+  family.op = Op::chunk;
+  family.heads = static_cast<int>(sz.H);
+  family.tokens = kPrefillChunk;
+  family.state = state;
+  family.conv = ConvLayout::sd;  // the chunk op has no conv; its keys carry sd
+  family.gate = gate;
+  call.shape.mode = IndicesMode::unique_or_null;
+  call.shape.rows = sz.R;
+  call.shape.num_seqs = sz.N;
+  call.shape.max_seq_len = a.max_seq_len > 0 ? std::min(a.max_seq_len, sz.R) : sz.R;
+  call.params = make_chunk_params(a, sz, lay);
+  return call;
+}
+
 Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& a) {
   if (op == Op::prefill)
     return invalid_argument(
         "op: expected single|packed for kdajit_decode_args_t, got prefill (a prefill call takes "
         "kdajit_prefill_args_t: kdajit_prefill, kdajit_validate_prefill_args)");
+  if (op == Op::chunk)
+    return invalid_argument(
+        "op: expected single|packed for kdajit_decode_args_t, got chunk (a chunk call takes kdajit_chunk_args_t: "
+        "kdajit_chunk, kdajit_validate_chunk_args)");
   if (op != Op::single && op != Op::packed)
     return invalid_argument(fmt::format("op: expected single|packed, got {}", static_cast<int>(op)));
   KDAJIT_TRY_ASSIGN(const Scalars sc, check_scalars(op, a));

@@ -241,6 +241,7 @@ TEST_CASE("c api: the *_init functions write struct_size and stay within the cal
   check_init_stays_in_bounds<kdajit_decode_args_t>(kdajit_decode_args_init_v1, "args");
   check_init_stays_in_bounds<kdajit_config_t>(kdajit_config_init_v1, "config");
   check_init_stays_in_bounds<kdajit_prefill_args_t>(kdajit_prefill_args_init_v1, "prefill args");
+  check_init_stays_in_bounds<kdajit_chunk_args_t>(kdajit_chunk_args_init_v1, "chunk args");
   kdajit_prefill_args_t pa;
   std::memset(&pa, 0x5A, sizeof pa);
   kdajit_prefill_args_init(&pa);
@@ -457,11 +458,57 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
   CHECK(std::string(reason).rfind("A_log: expected shape [H]", 0) == 0);
 }
 
+TEST_CASE("c api: the chunk entry points: init, validation, sized args, NULLs, the config ones", "[c_api][chunk]") {
+  kdajit_chunk_args_t a;
+  std::memset(&a, 0xEE, sizeof a);
+  kdajit_chunk_args_init(&a);
+  CHECK(a.struct_size == sizeof a);
+  CHECK(a.gate == KDAJIT_GATE_BOUNDED);
+  CHECK(a.lower_bound == -5.f);
+  CHECK(a.scale == 0x1.6a09e6p-4f);  // 1 / sqrt(128) as f32
+  CHECK((a.qk_l2norm == 1 && a.beta_sigmoid == 1 && a.state_v_first == 0 && a.max_seq_len == 0));
+  CHECK((a.q.data == nullptr && a.q.ndim == 0 && a.initial_state.ndim == 0 && a.dt_bias.ndim == 0));
+  // An all-empty struct fails on the first tensor the rules read.
+  CHECK(kdajit_validate_chunk_args(&a) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("A_log: expected a non-null data pointer", 0) == 0);
+  for (size_t size : {size_t{0}, offsetof(kdajit_chunk_args_t, max_seq_len), sizeof a + 8}) {
+    INFO("struct_size " << size);
+    kdajit_chunk_args_t bad = a;
+    bad.struct_size = size;
+    CHECK(kdajit_validate_chunk_args(&bad) == KDAJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error().rfind("args.struct_size: expected sizeof(kdajit_chunk_args_t) of a kdajit header", 0) == 0);
+  }
+  CHECK(kdajit_validate_chunk_args(nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_chunk_args_t, got NULL");
+  CHECK(kdajit_chunk(nullptr, &a, nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("runtime: expected a runtime") != std::string::npos);
+  CHECK(kdajit_chunk(reinterpret_cast<kdajit_runtime_t*>(&a), nullptr, nullptr) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_chunk_args_t, got NULL");
+  const kdajit_decode_args_t d = build_args(CallConfig{}, 0x10000000);
+  CHECK(kdajit_validate_args(KDAJIT_OP_CHUNK, &d) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("kdajit_chunk_args_t") != std::string::npos);
+
+  kdajit_config_t c;
+  kdajit_config_init(&c);
+  c.op = KDAJIT_OP_CHUNK;
+  c.arch = "sm_90";
+  c.heads = 32;
+  c.tokens = 64;
+  char reason[256], name[256];
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_OK);
+  REQUIRE(kdajit_config_key(&c, 2, name, sizeof name) == KDAJIT_OK);
+  CHECK(std::string(name) == "kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90");
+  // The chunk op has no conv: a DS configuration names that.
+  c.conv_layout = KDAJIT_CONV_DS;
+  CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(reason) == "conv_layout: expected sd for the chunk op (it has no conv; its keys carry sd), got ds");
+}
+
 TEST_CASE("c api: kdajit_tables_json spells the prefill op and its routes", "[c_api][prefill]") {
   const std::string j(kdajit_tables_json());
-  CHECK(j.find("\"op\":{\"packed\":1,\"prefill\":2,\"single\":0}") != std::string::npos);
-  CHECK(j.find("{\"name\":\"rowcta\",\"ops\":[\"single\",\"packed\",\"prefill\"]}") != std::string::npos);
-  CHECK(j.find("{\"name\":\"split8\",\"ops\":[\"prefill\"]}") != std::string::npos);
+  CHECK(j.find("\"op\":{\"chunk\":3,\"packed\":1,\"prefill\":2,\"single\":0}") != std::string::npos);
+  CHECK(j.find("{\"name\":\"rowcta\",\"ops\":[\"single\",\"packed\",\"prefill\",\"chunk\"]}") != std::string::npos);
+  CHECK(j.find("{\"name\":\"split8\",\"ops\":[\"prefill\",\"chunk\"]}") != std::string::npos);
   CHECK(j.find("{\"name\":\"stream\",\"ops\":[\"single\",\"packed\"]}") != std::string::npos);
   CHECK(j.find("\"prefill_chunk\":64") != std::string::npos);
 }

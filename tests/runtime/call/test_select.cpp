@@ -70,6 +70,28 @@ TEST_CASE("select: the prefill band", "[select][prefill]") {
       }
 }
 
+TEST_CASE("select: the chunk op takes the prefill band", "[select][chunk]") {
+  const DeviceTraits h200{Arch::sm_90, 132};
+  for (int h : {8, 16, 32, 64})
+    for (int64_t n : {1, 2, 8})
+      for (int64_t len : {1, 1023, 1024, 16384}) {
+        CallShape c = prefill(h, n, n * len, len);
+        const Route want = builtin_route(c, h200);
+        c.family.op = Op::chunk;
+        CHECK(builtin_route(c, h200) == want);
+      }
+  // The routes prewarm keeps for a chunk family are the prefill family's.
+  KernelKey p{Op::prefill, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta, Arch::sm_90};
+  KernelKey c = p;
+  c.op = Op::chunk;
+  const auto up = builtin_route_uses(p, 132, 64), uc = builtin_route_uses(c, 132, 64);
+  REQUIRE(up.size() == uc.size());
+  for (size_t i = 0; i < up.size(); ++i) {
+    CHECK(up[i].route == uc[i].route);
+    CHECK(up[i].batches == uc[i].batches);
+  }
+}
+
 TEST_CASE("select: prefill calls take no tuned route; a forced one must serve the op", "[select][prefill]") {
   const DeviceTraits d{Arch::sm_90, 132};
   RoutePolicy p;

@@ -61,7 +61,7 @@ TEST_CASE("support: a Hopper target is always served", "[support]") {
 TEST_CASE("support: each configuration field is checked and named", "[support]") {
   auto c = good_config();
   c.op = static_cast<kdajit_op_t>(7);
-  check_rejects(c, ErrorCode::invalid_argument, "op: expected single|packed|prefill, got 7");
+  check_rejects(c, ErrorCode::invalid_argument, "op: expected single|packed|prefill|chunk, got 7");
 
   c = good_config();
   // Heads and tokens are judged by validation itself, which names the tensor that carries them.

@@ -68,6 +68,9 @@ std::vector<KernelKey> covering_set(Arch arch) {
     for (const RouteSpec& r : route_table())
       for (StateDtype st : all_values<StateDtype>())
         if (r.serves(Op::prefill)) keys.push_back({Op::prefill, 64, st, ConvLayout::sd, kPrefillChunk, Gate::bounded, r.route, arch});
+    // The chunk op (the same template with KDA_CHUNK): both dtypes and gates, a split and rowcta.
+    keys.push_back({Op::chunk, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta, arch});
+    keys.push_back({Op::chunk, 32, StateDtype::bf16, ConvLayout::sd, kPrefillChunk, Gate::softplus, Route::split4, arch});
   }
   return keys;
 }

@@ -45,6 +45,9 @@ struct Runtime::Impl {
   // validate_prefill (every call: a prompt's args change from call to call).
   Status prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream);
   Result<KernelKey> selected_prefill_key(const kdajit_prefill_args_t& args, kdajit_stream_t stream);
+  // The chunk op (docs/CONTRACT.md §11), likewise with validate_chunk.
+  Status chunk(const kdajit_chunk_args_t& args, kdajit_stream_t stream);
+  Result<KernelKey> selected_chunk_key(const kdajit_chunk_args_t& args, kdajit_stream_t stream);
   // The key's cubin in the cache (compiled when missing); true when compiled.
   Result<bool> prewarm(const KernelKey& key);
 

@@ -32,11 +32,13 @@ inline constexpr size_t kOptionsSizes[] = {sizeof(kdajit_runtime_options_t)};
 inline constexpr size_t kDecodeArgsSizes[] = {sizeof(kdajit_decode_args_t)};
 inline constexpr size_t kConfigSizes[] = {sizeof(kdajit_config_t)};
 inline constexpr size_t kPrefillArgsSizes[] = {sizeof(kdajit_prefill_args_t)};
+inline constexpr size_t kChunkArgsSizes[] = {sizeof(kdajit_chunk_args_t)};
 
 inline constexpr SizedStruct kOptionsStruct{"options", "kdajit_runtime_options_t", kOptionsSizes};
 inline constexpr SizedStruct kDecodeArgsStruct{"args", "kdajit_decode_args_t", kDecodeArgsSizes};
 inline constexpr SizedStruct kConfigStruct{"config", "kdajit_config_t", kConfigSizes};
 inline constexpr SizedStruct kPrefillArgsStruct{"args", "kdajit_prefill_args_t", kPrefillArgsSizes};
+inline constexpr SizedStruct kChunkArgsStruct{"args", "kdajit_chunk_args_t", kChunkArgsSizes};
 
 // "48" or "48, 56 or 64": the sizes a struct_size may have.
 inline std::string known_sizes(const SizedStruct& s) {

@@ -28,6 +28,13 @@ Result<ValidatedCall> validate_decode(Op op, const kdajit_decode_args_t& args);
 // max_seq_len >= 0. The shape's max_seq_len is the hint clamped to T_total (0: T_total).
 Result<ValidatedCall> validate_prefill(const kdajit_prefill_args_t& args);
 
+// Every rule of docs/CONTRACT.md §11 (the chunk op), the same way: q, k, v, g,
+// output [T_total, H, 128], beta [T_total, H], A_log, dt_bias (or empty),
+// initial and final states [N, H, 128, 128] (or empty) of one dtype and
+// layout, cu_seqlens [N+1], gate and lower_bound, scale > 0, the three flags
+// 0 or 1 and max_seq_len >= 0.
+Result<ValidatedCall> validate_chunk(const kdajit_chunk_args_t& args);
+
 // The integer value of a C enum field, read without assuming it is in range.
 template <class E>
 int32_t enum_value(const E& e) {
