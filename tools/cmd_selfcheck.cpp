@@ -1,6 +1,6 @@
 // `kdajit selfcheck`: on a GPU, runs every cached kernel of the local arch on
 // fresh random data and checks it against the f64 reference (docs/CONTRACT.md
-// §8; prefill keys: a few sequences of random lengths, §10's tolerances).
+// §8; prefill and chunk keys: a few sequences of random lengths, §10's and §11's tolerances).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -93,8 +93,9 @@ void add_selfcheck_command(CLI::App& app) {
     if (!o->json) fmt::print("{:<{}}  {:>10}  {:>10}  {}\n", "key", width, "output err", "state err", "pass");
     uint64_t seed = o->seed;
     for (const auto& key : keys) {
-      if (key.op == Op::prefill) {
-        auto checked = check_prefill(runtime_for(key.route), key, seed++);
+      if (chunked(key.op)) {
+        auto checked = key.op == Op::chunk ? check_chunk(runtime_for(key.route), key, seed++)
+                                           : check_prefill(runtime_for(key.route), key, seed++);
         const std::string error = checked ? checked->message : checked.error().message;
         const bool pass = checked && checked->pass;
         const double out_err = checked ? checked->output_rel_l2 : 0, state_err = checked ? checked->state_rel_l2 : 0;

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "kdajit/chunk_problem.hpp"
 #include "kdajit/device_problem.hpp"
 #include "kdajit/problem.hpp"
 #include "kdajit/reference.hpp"
@@ -161,6 +162,31 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
       }
   }
   c.pass = c.message.empty();
+  return c;
+}
+
+Result<PrefillCheck> check_chunk(Runtime::Impl& rt, const KernelKey& key, uint64_t seed) {
+  ref::ChunkSpec s;
+  s.heads = key.heads;
+  s.state = key.state == StateDtype::f32 ? KDAJIT_DTYPE_F32 : KDAJIT_DTYPE_BF16;
+  s.gate = key.gate == Gate::bounded ? KDAJIT_GATE_BOUNDED : KDAJIT_GATE_SOFTPLUS;
+  const std::vector<int> lens = prefill_check_lengths(seed);
+  s.lengths.assign(lens.begin(), lens.end());
+  s.seed = seed;
+  const ref::ChunkProblem input = ref::ChunkProblem::make(s);
+  ref::ChunkProblem expected = input, got = input;
+  KDAJIT_TRY(ref::chunk(expected.args));
+  {
+    KDAJIT_TRY_ASSIGN(auto dev, ref::DeviceChunk::upload(got));
+    KDAJIT_TRY(rt.chunk(dev->args(), nullptr));
+    KDAJIT_TRY(dev->download(got));
+  }
+  const ref::ChunkReport r = ref::compare_chunk(expected, got);
+  PrefillCheck c;
+  c.pass = r.pass;
+  c.output_rel_l2 = r.output_rel_l2;
+  c.state_rel_l2 = r.state_rel_l2;
+  c.message = r.message;
   return c;
 }
 

@@ -1,6 +1,7 @@
-// `kdajit selfcheck` for a prefill key: a few sequences of random lengths on
-// fresh random data (docs/CONTRACT.md §8), run on the device through the
-// runtime and checked against the f64 reference ref::prefill (§10 tolerances).
+// `kdajit selfcheck` for the chunked ops' keys: a few sequences of random
+// lengths on fresh random data (docs/CONTRACT.md §8), run on the device through
+// the runtime and checked against the f64 reference (ref::prefill, §10's
+// tolerances; ref::chunk, §11's).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,8 @@ std::vector<int> prefill_check_lengths(uint64_t seed);
 
 // Runs `key` (its route forced by `rt`) on a prefill problem drawn from `seed`.
 Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint64_t seed);
+// The same for a chunk key: the same lengths, FLA's state layout, both states
+// given (ref::ChunkProblem).
+Result<PrefillCheck> check_chunk(Runtime::Impl& rt, const KernelKey& key, uint64_t seed);
 
 }  // namespace kdajit::cli

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -473,6 +474,95 @@ Result<WritePlan> plan_prefill_writes(const PrefillArgs& args) {
 
 Status single_decode(const kdajit_decode_args_t& args, Capture* capture) {
   return decode(KDAJIT_OP_SINGLE, args, capture);
+}
+
+Status chunk(const kdajit_chunk_args_t& a, Capture* capture) {
+  if (a.A_log.ndim != 1 || a.A_log.shape[0] < 1)
+    return invalid_argument(fmt::format("A_log: expected f32 [H], got {}", shape_string(a.A_log)));
+  const int64_t H = a.A_log.shape[0];
+  if (a.q.ndim != 3 || a.cu_seqlens.ndim != 1 || a.cu_seqlens.shape[0] < 2)
+    return invalid_argument("q, cu_seqlens: expected [T_total, H, 128] and [N+1]");
+  const int64_t R = a.q.shape[0], N = a.cu_seqlens.shape[0] - 1;
+  KDAJIT_TRY(check_view(a.A_log, "A_log", {KDAJIT_DTYPE_F32}, {H}));
+  for (const auto& [t, name] : {std::pair{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.output, "output"}})
+    KDAJIT_TRY(check_view(*t, name, {KDAJIT_DTYPE_BF16}, {R, H, D}));
+  KDAJIT_TRY(check_view(a.g, "g", {KDAJIT_DTYPE_BF16, KDAJIT_DTYPE_F32}, {R, H, D}));
+  KDAJIT_TRY(check_view(a.beta, "beta", {KDAJIT_DTYPE_BF16, KDAJIT_DTYPE_F32}, {R, H}));
+  KDAJIT_TRY(check_view(a.cu_seqlens, "cu_seqlens", {KDAJIT_DTYPE_INT32}, {N + 1}));
+  const auto given = [](const kdajit_tensor_t& t) { return !(t.ndim == 0 || (t.ndim == 1 && t.shape[0] == 0)); };
+  const bool has_bias = given(a.dt_bias), has_initial = given(a.initial_state), has_final = given(a.final_state);
+  if (has_bias) KDAJIT_TRY(check_view(a.dt_bias, "dt_bias", {KDAJIT_DTYPE_F32}, {H * D}));
+  if (has_initial)
+    KDAJIT_TRY(check_view(a.initial_state, "initial_state", {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}, {N, H, D, D}));
+  if (has_final)
+    KDAJIT_TRY(check_view(a.final_state, "final_state", {KDAJIT_DTYPE_F32, KDAJIT_DTYPE_BF16}, {N, H, D, D}));
+  if (capture) capture->output.assign(static_cast<size_t>(R * H * D), 0.0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t v = 0; v < D; ++v) store_bits16(a.output, {r, h, v}, 0);
+
+  std::vector<double> S(static_cast<size_t>(D * D)), decay(D), qn(D), kn(D);
+  for (int64_t n = 0; n < N; ++n) {
+    const auto q0 = static_cast<int64_t>(load(a.cu_seqlens, {n}));
+    const auto q1 = static_cast<int64_t>(load(a.cu_seqlens, {n + 1}));
+    if (!(q0 >= 0 && q0 <= q1 && q1 <= R)) continue;  // not live
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t v = 0; v < D; ++v)
+        for (int64_t k = 0; k < D; ++k)
+          S[static_cast<size_t>(v * D + k)] =
+              !has_initial ? 0.0
+              : a.state_v_first ? load(a.initial_state, {n, h, v, k})
+                                : load(a.initial_state, {n, h, k, v});
+      const double A = std::exp(load(a.A_log, {h}));
+      for (int64_t r = q0; r < q1; ++r) {
+        double qss = 0.0, kss = 0.0;
+        for (int64_t i = 0; i < D; ++i) {
+          qn[static_cast<size_t>(i)] = load(a.q, {r, h, i});
+          kn[static_cast<size_t>(i)] = load(a.k, {r, h, i});
+          qss += qn[static_cast<size_t>(i)] * qn[static_cast<size_t>(i)];
+          kss += kn[static_cast<size_t>(i)] * kn[static_cast<size_t>(i)];
+        }
+        const double qs = static_cast<double>(a.scale) * (a.qk_l2norm ? 1.0 / std::sqrt(qss + 1e-6) : 1.0);
+        const double ks = a.qk_l2norm ? 1.0 / std::sqrt(kss + 1e-6) : 1.0;
+        for (int64_t i = 0; i < D; ++i) {
+          qn[static_cast<size_t>(i)] *= qs;
+          kn[static_cast<size_t>(i)] *= ks;
+        }
+        for (int64_t k = 0; k < D; ++k) {
+          const double gl = load(a.g, {r, h, k}) + (has_bias ? load(a.dt_bias, {h * D + k}) : 0.0);
+          const double gv = a.gate == KDAJIT_GATE_BOUNDED ? static_cast<double>(a.lower_bound) * sigmoid(A * gl)
+                                                          : -A * (gl > 20.0 ? gl : std::log1p(std::exp(gl)));
+          decay[static_cast<size_t>(k)] = std::exp(gv);
+        }
+        const double braw = load(a.beta, {r, h});
+        const double beta = a.beta_sigmoid ? sigmoid(braw) : braw;
+        for (int64_t v = 0; v < D; ++v) {
+          double* Sv = S.data() + v * D;
+          double u = 0.0;
+          for (int64_t k = 0; k < D; ++k) {
+            Sv[k] *= decay[static_cast<size_t>(k)];
+            u += Sv[k] * kn[static_cast<size_t>(k)];
+          }
+          const double delta = beta * (load(a.v, {r, h, v}) - u);
+          double o = 0.0;
+          for (int64_t k = 0; k < D; ++k) {
+            Sv[k] += delta * kn[static_cast<size_t>(k)];
+            o += Sv[k] * qn[static_cast<size_t>(k)];
+          }
+          if (capture) capture->output[static_cast<size_t>((r * H + h) * D + v)] = o;
+          store(a.output, {r, h, v}, o);
+        }
+      }
+      if (has_final)
+        for (int64_t v = 0; v < D; ++v)
+          for (int64_t k = 0; k < D; ++k) {
+            const double x = S[static_cast<size_t>(v * D + k)];
+            if (a.state_v_first) store(a.final_state, {n, h, v, k}, x);
+            else store(a.final_state, {n, h, k, v}, x);
+          }
+    }
+  }
+  return {};
 }
 
 Status packed_decode(const kdajit_decode_args_t& args, Capture* capture) {

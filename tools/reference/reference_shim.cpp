@@ -1,4 +1,4 @@
-// The project's f64 reference (kdajit::ref::decode, kdajit::ref::prefill) behind
+// The project's f64 reference (kdajit::ref::decode, ::prefill, ::chunk) behind
 // C functions, so that Python code runs it on host tensors through the same
 // kdajit_decode_args_t / kdajit_prefill_args_t bytes the kdajit package passes
 // to libkdajit.so: the Python tests' and the peer benchmarks' reference (tests/python/kda_testing.py: reference_call), and
@@ -54,4 +54,11 @@ extern "C" __attribute__((visibility("default"))) int kdajit_reference_prefill(c
   p.lower_bound = args->lower_bound;
   p.norm_eps = args->norm_eps;
   return report(kdajit::ref::prefill(p), message, message_size);
+}
+
+// Runs the chunk op on *args in place (ref::chunk: every scalar as given;
+// max_seq_len is the kernels' business). Returns as above.
+extern "C" __attribute__((visibility("default"))) int kdajit_reference_chunk(const kdajit_chunk_args_t* args,
+                                                                              char* message, size_t message_size) {
+  return report(kdajit::ref::chunk(*args), message, message_size);
 }

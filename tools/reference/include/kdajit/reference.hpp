@@ -73,6 +73,18 @@ struct PrefillArgs {
 };
 Status prefill(const PrefillArgs& args, Capture* capture = nullptr);
 
+// The chunk op (kdajit_chunk_args_t with host views, docs/CONTRACT.md §11):
+// the prefill's delta rule on q, k, v as given. Per sequence n, rows
+// cu[n] .. cu[n+1] - 1, live when 0 <= cu[n] <= cu[n+1] <= T_total (length 0
+// included): from initial_state[n] (or zeros), per token q̂ = scale q /
+// sqrt(Σq² + 1e-6) and k̂ = k / sqrt(Σk² + 1e-6) (qk_l2norm; else scale q and
+// k), the gate of §2 step 4 on g (+ dt_bias), beta = sigmoid(beta)
+// (beta_sigmoid; else beta), §2 step 6, output round_bf16(o); after the last
+// token final_state[n] (when given) gets the state in its dtype. Not live:
+// its rows are zeros and final_state[n] is untouched; rows below cu[0] and
+// from cu[N] on are zeros. Capture: o before rounding.
+Status chunk(const kdajit_chunk_args_t& args, Capture* capture = nullptr);
+
 // What one call writes, from its metadata (host views), by the rules above.
 struct WritePlan {
   int64_t rows = 0, heads = 0, slots = 0, tokens = 1;
