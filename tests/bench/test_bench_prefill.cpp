@@ -17,6 +17,7 @@
 #include "mma_rate.hpp"
 #include "prefill_data.hpp"
 #include "prefill_grid.hpp"
+#include "prefill_report.hpp"
 
 using namespace kdajit;
 using namespace kdajit::bench;
@@ -313,4 +314,62 @@ TEST_CASE("the tensor-core rate kernel: bf16 mma.sync from sm_80 on", "[bench][p
   const std::string src = mma_rate_source();
   CHECK(src.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") != std::string::npos);
   CHECK(MmaRate::kFlopPerMma == 2 * 16 * 8 * 16);
+}
+
+TEST_CASE("the prefill grid's JSON: the decode grid's shape with the prefill cell's fields", "[bench][prefill]") {
+  Bench b;
+  b.opt.op = "prefill";
+  b.copy_gbps = 4000;
+  b.mma_flops = 500e12;
+  b.routes = {"rowcta", "split8"};
+  const std::vector<PrefillCell> cells = {cell(std::vector<int32_t>(8, 2048), 16, StateDtype::f32),
+                                          cell({100, 200}, 32, StateDtype::bf16)};
+  std::vector<PrefillResult> results(2);
+  results[0].status = "ok";
+  results[0].key = "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90";
+  results[0].route = "rowcta";
+  results[0].device = summarize({1600, 1590, 1610});
+  results[0].routes.resize(2);
+  results[0].routes[0].status = "ok";
+  results[0].routes[0].route = "rowcta";
+  results[0].routes[0].device = summarize({1600});
+  results[0].routes[1].status = "n/a";
+  results[0].routes[1].route = "split8";
+  results[0].routes[1].error = "not eligible";
+  results[1].status = "failed";
+  results[1].error = "prefill (first call): boom";
+  const nlohmann::json j = prefill_report_json(b, cells, results, "failed", 1.5);
+  CHECK(j["schema"] == "kdajit-bench-prefill-grid/1");
+  CHECK(j["status"] == "failed");
+  CHECK(j["copy_bandwidth_gbps"] == 4000.0);
+  CHECK(j["mma_bf16"]["tflops"] == 500.0);
+  CHECK(j["settings"]["flop_per_chunk_head"] == kFlopPerChunkHead);
+  REQUIRE(j["configs"].size() == 2);
+  const nlohmann::json& c = j["configs"][0];
+  CHECK(c["op"] == "prefill");
+  CHECK(c["seqs"] == 8);
+  CHECK(c["tokens"] == 16384);
+  CHECK(c["max_seq_len"] == 2048);
+  CHECK(c["bytes_per_call"] == 420544512);
+  CHECK(c["flops_per_call"] == 47244640256);
+  CHECK(near(c["memory_floor_us"].get<double>(), 420544512.0 / 4e12 * 1e6));
+  CHECK(near(c["tensor_core_floor_us"].get<double>(), 47244640256.0 / 500e12 * 1e6));
+  CHECK(c["binds"] == "memory");
+  CHECK(c["route"] == "rowcta");
+  CHECK(c["device_us"]["median"] == 1600.0);
+  CHECK(near(c["ratio"].get<double>(), 1600.0 / c["floor_us"].get<double>()));
+  CHECK(c["routes"]["rowcta"]["status"] == "ok");
+  CHECK(c["routes"]["split8"]["status"] == "n/a");
+  const nlohmann::json& f = j["configs"][1];
+  CHECK(f["status"] == "failed");
+  CHECK(f["error"] == "prefill (first call): boom");
+  CHECK(f["lengths"] == std::vector<int>{100, 200});
+  CHECK_FALSE(f.contains("device_us"));
+  // Without a tensor-core rate: null and the reason.
+  b.mma_flops = 0;
+  b.mma_error = "sm_75: no bf16 mma.sync (sm_80 or later)";
+  const nlohmann::json n = prefill_report_json(b, cells, results, "ok", 1);
+  CHECK(n["mma_bf16"]["tflops"].is_null());
+  CHECK(n["mma_bf16"]["error"] == b.mma_error);
+  CHECK(n["configs"][0]["tensor_core_floor_us"].is_null());
 }
