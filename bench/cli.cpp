@@ -80,9 +80,8 @@ Status finish_options(const CLI::App& app, Options& o) {
     if (!given("--iters")) o.iters = kPrefillDefaultIters;
     for (const char* name : {"--pdl", "--floor-shapes", "--floor-spin-cycles", "--host-calls"})
       if (given(name))
-        return invalid_argument(fmt::format("{}: applies to the decode grid (--op single, packed, all), not to --op "
-                                            "prefill",
-                                            name));
+        return invalid_argument(
+            fmt::format("{}: applies to the decode grid (--op single, packed, all), not to --op prefill", name));
     if (o.tuning != "off")
       return invalid_argument(fmt::format("--tuning: expected off with --op prefill (a prefill call never reads a "
                                           "tune table), got '{}'",
@@ -100,7 +99,8 @@ Status finish_options(const CLI::App& app, Options& o) {
     return invalid_argument(fmt::format("--copy-mib: expected 1..65536, got {}", o.copy_mib));
   if (o.flush_mib < 1 || o.flush_mib > 65536)
     return invalid_argument(fmt::format("--flush-mib: expected 1..65536, got {}", o.flush_mib));
-  if (!(o.time_limit_s > 0)) return invalid_argument(fmt::format("--time-limit: expected > 0 s, got {}", o.time_limit_s));
+  if (!(o.time_limit_s > 0))
+    return invalid_argument(fmt::format("--time-limit: expected > 0 s, got {}", o.time_limit_s));
   if (!(o.gpu_timeout_s > 0))
     return invalid_argument(fmt::format("--gpu-timeout: expected > 0 s, got {}", o.gpu_timeout_s));
   if (o.floor_spin_cycles < 0 || o.floor_spin_cycles > 100000000)
@@ -122,7 +122,8 @@ Result<std::vector<std::string>> resolve_routes(const std::string& routes, const
   std::stringstream ss(routes);
   for (std::string r; std::getline(ss, r, ',');) {
     if (std::find(known.begin(), known.end(), r) == known.end())
-      return invalid_argument(fmt::format("--routes: unknown route '{}' (this kdajit has: {})", r, fmt::join(known, ", ")));
+      return invalid_argument(
+          fmt::format("--routes: unknown route '{}' (this kdajit has: {})", r, fmt::join(known, ", ")));
     if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
   }
   return out;

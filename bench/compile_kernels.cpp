@@ -143,7 +143,7 @@ bool compile_only(const std::string& arch) {
   } else {
     fmt::print("tensor-core rate kernel: n/a for {} (bf16 mma.sync needs sm_80 or later)\n", arch);
   }
-  fmt::print("{}\n", ok ? "compile-only: ok" : "compile-only: FAILED (spills in the default floor build or in the rate kernel)");
+  fmt::print("compile-only: {}\n", ok ? "ok" : "FAILED (spills in the default floor build or in the rate kernel)");
   return ok;
 }
 

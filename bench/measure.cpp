@@ -50,7 +50,7 @@ void record(RouteTiming& out, Result<CallRun> r, CellResult& m) { record_timing(
 }  // namespace
 
 Result<CallRun> time_kdajit_call(Bench& b, const std::function<Outcome(std::string*)>& select,
-                                   const std::function<Outcome()>& call, const char* what, int calls, bool warm) {
+                                 const std::function<Outcome()>& call, const char* what, int calls, bool warm) {
   CallRun r;
   const cudaStream_t s = b.stream;
   const double timeout = b.opt.gpu_timeout_s;
@@ -58,10 +58,10 @@ Result<CallRun> time_kdajit_call(Bench& b, const std::function<Outcome(std::stri
   r.t.route = route_of_key(r.t.key);
   const auto t0 = Clock::now();
   KDAJIT_TRY(outcome_status(call(), fmt::format("{} (first call)", what).c_str()));
-  KDAJIT_TRY(wait_stream(s, timeout, "first call"));
+  KDAJIT_TRY(wait_stream(s, timeout, fmt::format("first {} call", what).c_str()));
   r.first_call_ms = seconds_since(t0) * 1e3;
   for (int i = 0; i < 2; ++i) KDAJIT_TRY(outcome_status(call(), fmt::format("{} (warm-up)", what).c_str()));
-  KDAJIT_TRY(wait_stream(s, timeout, "warm-up calls"));
+  KDAJIT_TRY(wait_stream(s, timeout, fmt::format("warm-up {} calls", what).c_str()));
   KDAJIT_TRY_ASSIGN(r.graph, capture_graph(s, timeout, [&]() -> Status {
                       for (int i = 0; i < calls; ++i)
                         KDAJIT_TRY(outcome_status(call(), fmt::format("{} (during graph capture)", what).c_str()));

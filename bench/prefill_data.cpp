@@ -10,7 +10,8 @@ namespace kdajit::bench {
 
 namespace {
 
-kdajit_tensor_t view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+kdajit_tensor_t view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
+                     std::initializer_list<int64_t> strides) {
   return tensor_view(nullptr, dtype, shape, strides);  // data: set when the buffers exist
 }
 

@@ -126,7 +126,8 @@ void print_prefill_tables(const Bench& b, const std::vector<PrefillCell>& cells,
       if (m.status != "ok") continue;
       fmt::print("{} {:<12}", cell_columns(cells[i]), m.route);
       for (const RouteTiming& t : m.routes)
-        fmt::print(" {}", t.status == "ok" ? fmt::format("{:>10.1f}", t.device.median) : fmt::format("{:>10}", t.status));
+        fmt::print(" {}",
+                   t.status == "ok" ? fmt::format("{:>10.1f}", t.device.median) : fmt::format("{:>10}", t.status));
       fmt::print("\n");
     }
   }
