@@ -363,7 +363,7 @@ TEST_CASE("the prefill grid's JSON: the decode grid's shape with the prefill cel
   const nlohmann::json& f = j["configs"][1];
   CHECK(f["status"] == "failed");
   CHECK(f["error"] == "prefill (first call): boom");
-  CHECK(f["lengths"] == std::vector<int>{100, 200});
+  CHECK(f["lengths"].get<std::vector<int>>() == std::vector<int>{100, 200});
   CHECK_FALSE(f.contains("device_us"));
   // Without a tensor-core rate: null and the reason.
   b.mma_flops = 0;
