@@ -1,7 +1,7 @@
 // kdajit_bench: kdajit's decode calls against the memory-pattern floor, on a grid
 // of (op, H, N, T, state dtype, conv layout), plus the host cost of a call against
 // a bare launch of the same kernel (bench/README.md says how to run it and what
-// every number means).
+// every number means). --op prefill runs the prefill grid instead (prefill_run.hpp).
 //
 // The run: open the device; compile the floor and fill kernels with NVRTC while
 // every kdajit key the grid needs is compiled into the kernel cache in parallel;
@@ -14,141 +14,24 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <set>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "compile_kernels.hpp"
 #include "device_data.hpp"
 #include "grid.hpp"
 #include "kdajit_api.hpp"
 #include "measure.hpp"
+#include "prefill_run.hpp"
 #include "report.hpp"
+#include "setup.hpp"
 
 namespace kdajit::bench {
 namespace {
-
-// Exit codes (README): 0 all measured, 1 a decode or CUDA call failed,
-// 2 usage error or no usable CUDA device, 3 time limit hit (partial results),
-// 4 the GPU hung (a wait or the watchdog ran out of time).
-enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitTimeLimit = 3, kExitHung = 4 };
-
-// Kills the process if the run outlives its hard limit: the last guard against
-// a hang inside a CUDA call that no timeout of ours covers.
-class Watchdog {
- public:
-  explicit Watchdog(double seconds)
-      : thread_([this, seconds] {
-          std::unique_lock<std::mutex> l(m_);
-          if (!cv_.wait_for(l, std::chrono::duration<double>(seconds), [this] { return done_; })) {
-            std::fprintf(stderr, "kdajit_bench: watchdog: still running after %.0f s (a hung GPU or call); exiting\n",
-                         seconds);
-            std::fflush(nullptr);
-            std::_Exit(kExitHung);
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> l(m_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: starts after the members it uses
-};
-
-// Opens the device; a machine without one is a usage error (exit 2), not a crash.
-Status open_device(int device) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    return Error(ErrorCode::unsupported, fmt::format("no CUDA device (cudaGetDeviceCount: {})",
-                                                     e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
-  if (device < 0 || device >= count)
-    return Error(ErrorCode::unsupported, fmt::format("--device: expected 0..{}, got {}", count - 1, device));
-  if (cudaError_t r = cudaSetDevice(device); r != cudaSuccess)
-    return Error(ErrorCode::unsupported, fmt::format("no usable CUDA device (cudaSetDevice: {})", cudaGetErrorString(r)));
-  if (cudaError_t r = cudaFree(nullptr); r != cudaSuccess)  // creates the primary context the runtime launches into
-    return Error(ErrorCode::unsupported,
-                 fmt::format("no usable CUDA device (context creation: {})", cudaGetErrorString(r)));
-  return {};
-}
-
-Status describe_device(Bench& b) {
-  const int dev = b.opt.device;
-  cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
-  int sms = 0, l2 = 0, driver = 0, runtime = 0;
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  BENCH_CUDA(cudaDriverGetVersion(&driver));
-  BENCH_CUDA(cudaRuntimeGetVersion(&runtime));
-  char bus[32] = {};
-  if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) bus[0] = 0;
-  b.sms = sms;
-  b.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
-  b.arch = arch_of(prop.major, prop.minor);
-  b.gpu = nlohmann::json{{"name", prop.name},
-                         {"device", dev},
-                         {"pci_bus_id", bus},
-                         {"compute_capability", fmt::format("{}.{}", prop.major, prop.minor)},
-                         {"sms", sms},
-                         {"l2_bytes", l2},
-                         {"memory_bytes", prop.totalGlobalMem},
-                         {"cuda_driver_version", fmt::format("{}.{}", driver / 1000, driver % 1000 / 10)},
-                         {"cuda_runtime_version", fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10)},
-                         {"nvidia_driver", first_line_of("/proc/driver/nvidia/version")}};
-  // The flush must exceed the L2 several times over.
-  const size_t flush = std::max(static_cast<size_t>(b.opt.flush_mib) << 20, 4 * static_cast<size_t>(l2));
-  KDAJIT_TRY(b.flush.allocate(flush));
-  return {};
-}
-
-// D2D copy bandwidth, read + write bytes counted: the roofline. Then the host
-// cost of a 4-byte cudaMemsetAsync, a launch-like baseline for the host column.
-Status measure_baselines(Bench& b) {
-  const size_t bytes = static_cast<size_t>(b.opt.copy_mib) << 20;
-  DeviceBuffer src, dst;
-  KDAJIT_TRY(src.allocate(bytes));
-  KDAJIT_TRY(dst.allocate(bytes));
-  BENCH_CUDA(cudaMemsetAsync(src.get(), 1, bytes, b.stream));
-  BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, b.stream));  // warm-up
-  KDAJIT_TRY(wait_stream(b.stream, b.opt.gpu_timeout_s, "copy warm-up"));
-  int timeouts = 0;
-  KDAJIT_TRY_ASSIGN(
-      std::vector<double> us,
-      time_on_stream(
-          b.stream, b.events, b.opt.copy_reps, b.opt.gpu_timeout_s, b.timing.gating, &timeouts,
-          [](int) { return Status{}; },
-          [&](int) {
-            return cuda_status(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, b.stream),
-                               "cudaMemcpyAsync(D2D)");
-          }));
-  if (timeouts > 0) b.timing.gating = false;
-  b.copy_us = summarize(us);
-  if (b.copy_us.median <= 0) return Error(ErrorCode::cuda, "copy bandwidth: a zero median time");
-  b.copy_gbps = 2.0 * static_cast<double>(bytes) / (b.copy_us.median * 1e-6) / 1e9;
-  KDAJIT_TRY_ASSIGN(HostLoop memset, host_loop(b.opt.host_calls, b.stream, b.opt.gpu_timeout_s, [&] {
-                      return cuda_status(cudaMemsetAsync(b.flush.get(), 0, 4, b.stream), "cudaMemsetAsync(4 bytes)");
-                    }));
-  b.memset_host_us = memset.per_call;
-  return {};
-}
 
 // Compiles the floor and fill kernels (one thread) while the kdajit keys of the
 // grid build in the cache (the other threads), then loads the two modules.
@@ -300,26 +183,6 @@ int run(Bench& b, const std::vector<Cell>& cells, Clock::time_point t_start) {
   return rc;
 }
 
-// --routes: "selector" -> none, "all" -> every route of the ops in the grid, else the named ones.
-Result<std::vector<std::string>> resolve_routes(const Options& o, const std::vector<Cell>& cells) {
-  std::vector<std::string> known;
-  std::set<Op> ops;
-  for (const Cell& c : cells) ops.insert(c.op);
-  for (Op op : ops)
-    for (std::string_view r : kdajit::route_names(op))
-      if (std::find(known.begin(), known.end(), r) == known.end()) known.emplace_back(r);
-  if (o.routes == "selector") return std::vector<std::string>{};
-  if (o.routes == "all") return known;
-  std::vector<std::string> out;
-  std::stringstream ss(o.routes);
-  for (std::string r; std::getline(ss, r, ',');) {
-    if (std::find(known.begin(), known.end(), r) == known.end())
-      return invalid_argument(fmt::format("--routes: unknown route '{}' (this kdajit has: {})", r, fmt::join(known, ", ")));
-    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
-  }
-  return out;
-}
-
 }  // namespace
 }  // namespace kdajit::bench
 
@@ -327,54 +190,9 @@ int main(int argc, char** argv) {
   using namespace kdajit::bench;
   const auto t_start = Clock::now();
   Options o;
-  CLI::App app{"kdajit_bench: kdajit's decode calls against the memory-pattern floor, and the host cost per call"};
-  app.add_option("--op", o.op, kdajit::choices<kdajit::Op>(" | ") + " | all")->capture_default_str();
-  app.add_option("--heads", o.heads, "H values (default: single 8,16,32,64,96; packed 16,64)")->delimiter(',');
-  app.add_option("--rows", o.rows, "R of the single op, N of the packed op (default 1,2,...,512 / 1,8,32,128)")
-      ->delimiter(',');
-  app.add_option("--tokens", o.tokens, "T values of the packed op (default 2,3,4,8; every sequence L = T)")
-      ->delimiter(',');
-  app.add_option("--state", o.states, "state dtypes: " + kdajit::choices<kdajit::StateDtype>(",") + " (default: all)")
-      ->delimiter(',');
-  app.add_option("--conv", o.convs,
-                 "conv_state layouts: " + kdajit::choices<kdajit::ConvLayout>(",") +
-                     " (default: sd, plus ds at H 64 (packed: T 4))")
-      ->delimiter(',');
-  app.add_option("--routes", o.routes, "selector | all | NAME,NAME: also time these routes forced")
-      ->capture_default_str();
-  app.add_option("--tuning", o.tuning, "off | on | both: RuntimeOptions::use_tuning of the selector")
-      ->capture_default_str();
-  app.add_flag("--pdl", o.pdl, "also time two dependent calls in one graph, without and with PDL");
-  app.add_option("--floor-shapes", o.floor_shapes,
-                 "floor launch shapes to try (default: cta256,split4x128,persist4x128); also diagnostic ones, not "
-                 "counted as the floor: cta256x2, cta256x3, cta256x4 (cta256 at most 2, 3, 4 CTAs per SM)")
-      ->delimiter(',');
-  app.add_option("--floor-spin-cycles", o.floor_spin_cycles,
-                 "diagnostic floor shapes only: clock cycles each thread waits between its state loads landing and "
-                 "its stores (a stand-in for the op's arithmetic)")
-      ->capture_default_str();
-  app.add_option("--iters", o.iters, "timed graph replays per measurement")->capture_default_str();
-  app.add_option("--host-calls", o.host_calls, "calls of the host-cost loops (cut for slow kernels)")
-      ->capture_default_str();
-  app.add_flag("!--no-warm", o.warm, "skip the replays without the L2 flush");
-  app.add_option("--json", o.json_path, "write every number to this JSON file");
-  app.add_option("--commit", o.commit, "git commit recorded in the JSON");
-  app.add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
-  app.add_option("--cache-dir", o.cache_dir,
-                 "kernel cache (default: KDAJIT_CACHE_DIR, $XDG_CACHE_HOME/kdajit, ~/.cache/kdajit)");
-  app.add_option("--jobs", o.jobs, "parallel kdajit compiles of the prewarm (0: cores - 1)")->capture_default_str();
-  app.add_option("--time-limit", o.time_limit_s, "seconds after which remaining cells are skipped (exit 3)")
-      ->capture_default_str();
-  app.add_option("--gpu-timeout", o.gpu_timeout_s, "seconds any one wait for the GPU may take before it counts as hung")
-      ->capture_default_str();
-  app.add_option("--flush-mib", o.flush_mib, "L2 flush buffer (at least 4x the L2 is used)")->capture_default_str();
-  app.add_option("--copy-mib", o.copy_mib, "size of the roofline copy")->capture_default_str();
-  app.add_option("--copy-reps", o.copy_reps, "timed roofline copies")->capture_default_str();
-  app.add_flag("--list", o.list, "print the cells, their bytes and a time estimate, then exit (no GPU needed)");
-  app.add_flag("--compile-only", o.compile_only,
-               "compile the floor and fill kernels with NVRTC for --arch and print their resources (no GPU needed)");
-  app.add_option("--arch", o.arch, "arch of --compile-only")->capture_default_str();
-  app.add_flag("-v,--verbose", o.verbose, "kdajit runtime log at info level");
+  CLI::App app{"kdajit_bench: kdajit's decode calls against the memory-pattern floor and the host cost per call; "
+               "the prefill op against its memory and tensor-core floors (--op prefill)"};
+  add_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -385,24 +203,15 @@ int main(int argc, char** argv) {
     return kExitUsage;
   };
   if (o.compile_only) return compile_only(o.arch) ? 0 : kExitFailed;
-  if (o.iters < 1 || o.iters > 100000) return bad(fmt::format("--iters: expected 1..100000, got {}", o.iters));
-  if (o.host_calls < 1 || o.host_calls > 1000000)
-    return bad(fmt::format("--host-calls: expected 1..1000000, got {}", o.host_calls));
-  if (o.copy_reps < 1 || o.copy_reps > 1000) return bad(fmt::format("--copy-reps: expected 1..1000, got {}", o.copy_reps));
-  if (o.copy_mib < 1 || o.copy_mib > 65536) return bad(fmt::format("--copy-mib: expected 1..65536, got {}", o.copy_mib));
-  if (o.flush_mib < 1 || o.flush_mib > 65536)
-    return bad(fmt::format("--flush-mib: expected 1..65536, got {}", o.flush_mib));
-  if (!(o.time_limit_s > 0)) return bad(fmt::format("--time-limit: expected > 0 s, got {}", o.time_limit_s));
-  if (!(o.gpu_timeout_s > 0)) return bad(fmt::format("--gpu-timeout: expected > 0 s, got {}", o.gpu_timeout_s));
-  if (o.floor_spin_cycles < 0 || o.floor_spin_cycles > 100000000)
-    return bad(fmt::format("--floor-spin-cycles: expected 0..100000000, got {}", o.floor_spin_cycles));
-  if (o.jobs < 0 || o.jobs > 1024) return bad(fmt::format("--jobs: expected 0..1024, got {}", o.jobs));
-  if (o.tuning != "off" && o.tuning != "on" && o.tuning != "both")
-    return bad(fmt::format("--tuning: expected off, on or both, got '{}'", o.tuning));
+  if (kdajit::Status st = finish_options(app, o); !st) return bad(st.error().message);
+  if (is_prefill(o)) return prefill_main(o, t_start);
   auto cells = make_cells(o);
   if (!cells) return bad(cells.error().message);
   if (cells->empty()) return bad("no cell selected");
-  auto routes = resolve_routes(o, *cells);
+  std::vector<kdajit::Op> ops;
+  for (const Cell& c : *cells)
+    if (std::find(ops.begin(), ops.end(), c.op) == ops.end()) ops.push_back(c.op);
+  auto routes = resolve_routes(o.routes, ops);
   if (!routes) return bad(routes.error().message);
   std::vector<int> shapes;
   for (const std::string& s : o.floor_shapes) {

@@ -45,17 +45,6 @@ kdajit_tensor_t view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
   return tensor_view(nullptr, dtype, shape, strides);  // data: set when the buffers exist
 }
 
-int64_t elements(const kdajit_tensor_t& t) {
-  if (t.ndim <= 0) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-  return n;  // the bench's views are dense
-}
-
-size_t tensor_bytes(const kdajit_tensor_t& t) {
-  return static_cast<size_t>(elements(t)) * (t.dtype == KDAJIT_DTYPE_BF16 ? 2u : 4u);
-}
-
 // The tensors a call takes, with their fill (scale, offset; 0, 0: written by the host or zeroed).
 struct TensorFill {
   kdajit_tensor_t kdajit_decode_args_t::*field;
@@ -79,6 +68,17 @@ constexpr TensorFill kTensors[] = {
 };
 
 }  // namespace
+
+int64_t elements(const kdajit_tensor_t& t) {
+  if (t.ndim <= 0) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;  // the bench's views are dense
+}
+
+size_t tensor_bytes(const kdajit_tensor_t& t) {
+  return static_cast<size_t>(elements(t)) * (t.dtype == KDAJIT_DTYPE_BF16 ? 2u : 4u);
+}
 
 std::string fill_source() { return kFillSource; }
 

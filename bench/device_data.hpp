@@ -19,6 +19,10 @@
 
 namespace kdajit::bench {
 
+// Elements and bytes of a dense view (bf16 2 bytes, f32 and int32 4); 0 for an empty one.
+int64_t elements(const kdajit_tensor_t& t);
+size_t tensor_bytes(const kdajit_tensor_t& t);
+
 // The NVRTC source of fill_f32 / fill_bf16 (value = offset + scale * ~N(0,1)).
 std::string fill_source();
 

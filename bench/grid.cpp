@@ -52,9 +52,10 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
   } else if (auto op = parse_field<Op>(o.op); op && *op != Op::prefill) {
     ops.push_back(*op);
   } else {
-    // The grid times the decode ops (their cells are rows or sequences of T tokens).
-    return invalid_argument(fmt::format("--op: expected one of {}, {}, all, got '{}'", to_string(Op::single),
-                                        to_string(Op::packed), o.op));
+    // This grid times the decode ops (their cells are rows or sequences of T
+    // tokens); --op prefill selects the prefill grid (prefill_grid.hpp).
+    return invalid_argument(fmt::format("--op: expected one of {}, {}, all, {}, got '{}'", to_string(Op::single),
+                                        to_string(Op::packed), to_string(Op::prefill), o.op));
   }
   KDAJIT_TRY_ASSIGN(std::vector<StateDtype> states, parse_list<StateDtype>("--state", o.states));
   if (states.empty())

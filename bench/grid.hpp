@@ -15,8 +15,9 @@ namespace kdajit::bench {
 inline constexpr int64_t D = 128;
 
 struct Options {
-  std::string op = "all";
+  std::string op = "all";  // single | packed | all (the decode grid) | prefill (the prefill grid, prefill_grid.hpp)
   std::vector<int> heads, rows, tokens;
+  std::vector<std::string> shapes;  // the prefill grid's prompts: NxL or mixN
   std::vector<std::string> states, convs;
   std::string routes = "selector";  // selector | all | NAME,NAME
   std::string tuning = "off";       // off | on | both

@@ -38,31 +38,33 @@ Result<std::unique_ptr<Runtime>> make_runtime(const Options& o, const std::strin
   return rt;
 }
 
-// One kdajit runtime's call: the key it selects, a first call (a disk-cache load
-// after the prewarm), two warm-up calls, then `calls` calls captured in one graph
-// and replayed with the L2 flush (and without it when `warm`).
-struct DecodeRun {
-  RouteTiming t;
-  Summary warm;
-  double first_call_ms = 0;
-  std::unique_ptr<Graph> graph;
-};
+Result<CallRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_decode_args_t& a, int calls, bool warm) {
+  const cudaStream_t s = b.stream;
+  return time_kdajit_call(
+      b, [&](std::string* key) { return selected_key(rt, c_op(c.op), a, s, key); },
+      [&] { return decode(rt, c.op, a, s); }, "decode", calls, warm);
+}
 
-Result<DecodeRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_decode_args_t& a, int calls, bool warm) {
-  DecodeRun r;
+void record(RouteTiming& out, Result<CallRun> r, CellResult& m) { record_timing(out, std::move(r), m.sub_failures); }
+
+}  // namespace
+
+Result<CallRun> time_kdajit_call(Bench& b, const std::function<Outcome(std::string*)>& select,
+                                 const std::function<Outcome()>& call, const char* what, int calls, bool warm) {
+  CallRun r;
   const cudaStream_t s = b.stream;
   const double timeout = b.opt.gpu_timeout_s;
-  KDAJIT_TRY(outcome_status(selected_key(rt, c_op(c.op), a, s, &r.t.key), "selected_key"));
+  KDAJIT_TRY(outcome_status(select(&r.t.key), "selected_key"));
   r.t.route = route_of_key(r.t.key);
   const auto t0 = Clock::now();
-  KDAJIT_TRY(outcome_status(decode(rt, c.op, a, s), "decode (first call)"));
-  KDAJIT_TRY(wait_stream(s, timeout, "first decode call"));
+  KDAJIT_TRY(outcome_status(call(), fmt::format("{} (first call)", what).c_str()));
+  KDAJIT_TRY(wait_stream(s, timeout, fmt::format("first {} call", what).c_str()));
   r.first_call_ms = seconds_since(t0) * 1e3;
-  for (int i = 0; i < 2; ++i) KDAJIT_TRY(outcome_status(decode(rt, c.op, a, s), "decode (warm-up)"));
-  KDAJIT_TRY(wait_stream(s, timeout, "warm-up decode calls"));
+  for (int i = 0; i < 2; ++i) KDAJIT_TRY(outcome_status(call(), fmt::format("{} (warm-up)", what).c_str()));
+  KDAJIT_TRY(wait_stream(s, timeout, fmt::format("warm-up {} calls", what).c_str()));
   KDAJIT_TRY_ASSIGN(r.graph, capture_graph(s, timeout, [&]() -> Status {
                       for (int i = 0; i < calls; ++i)
-                        KDAJIT_TRY(outcome_status(decode(rt, c.op, a, s), "decode (during graph capture)"));
+                        KDAJIT_TRY(outcome_status(call(), fmt::format("{} (during graph capture)", what).c_str()));
                       return {};
                     }));
   KDAJIT_TRY_ASSIGN(r.t.device, time_graph(b.timing, *r.graph, /*flush=*/true));
@@ -73,9 +75,7 @@ Result<DecodeRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_
   return r;
 }
 
-// Records a sub-measurement: unsupported (a route the call is not eligible for)
-// is n/a, anything else a failure.
-void record(RouteTiming& out, Result<DecodeRun> r, CellResult& m) {
+void record_timing(RouteTiming& out, Result<CallRun> r, int& sub_failures) {
   if (r) {
     out = std::move(r->t);
     return;
@@ -85,7 +85,7 @@ void record(RouteTiming& out, Result<DecodeRun> r, CellResult& m) {
     out.status = "n/a";
   } else {
     out.status = "failed";
-    ++m.sub_failures;
+    ++sub_failures;
   }
 }
 
@@ -93,8 +93,6 @@ void not_available(RouteTiming& out, const std::string& why) {
   out.status = "n/a";
   out.error = why;
 }
-
-}  // namespace
 
 Status create_runtimes(Bench& b) {
   const Options& o = b.opt;
@@ -149,7 +147,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
   const double timeout = b.opt.gpu_timeout_s;
 
   // 1. kdajit, the selector's route.
-  KDAJIT_TRY_ASSIGN(DecodeRun main, run_decode(b, *b.main, c, a, 1, b.opt.warm));
+  KDAJIT_TRY_ASSIGN(CallRun main, run_decode(b, *b.main, c, a, 1, b.opt.warm));
   m.key = main.t.key;
   m.route = main.t.route;
   m.device = main.t.device;

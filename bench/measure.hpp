@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "grid.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit_api.hpp"
+#include "mma_rate.hpp"
 #include "timing.hpp"
 
 namespace kdajit::bench {
@@ -73,6 +75,12 @@ struct Bench {
   std::string arch;
   double copy_gbps = 0;
   Summary copy_us, memset_host_us;
+  // The prefill grid's tensor-core rate (mma_rate.hpp): dense bf16 mma.sync
+  // FLOP/s, or 0 with the reason.
+  MmaRate mma;
+  double mma_flops = 0;
+  Summary mma_us;
+  std::string mma_error;
   PrewarmResult prewarm;
 
   // Runtimes: the selector, and the optional ones (null with a reason when the
@@ -88,6 +96,24 @@ struct Bench {
 };
 
 Status outcome_status(const Outcome& o, const char* what);
+
+// One kdajit runtime's call timed: the key it selects, a first call (a disk-cache
+// load after the prewarm), two warm-up calls, then `calls` calls captured in one
+// graph and replayed with the L2 flush (and without it when `warm`).
+struct CallRun {
+  RouteTiming t;
+  Summary warm;
+  double first_call_ms = 0;
+  std::unique_ptr<Graph> graph;
+};
+// `select` names the key (Runtime::selected_key / selected_prefill_key), `call`
+// makes the call on b.stream; `what` names the call in messages.
+Result<CallRun> time_kdajit_call(Bench& b, const std::function<Outcome(std::string*)>& select,
+                                 const std::function<Outcome()>& call, const char* what, int calls, bool warm);
+// Records a sub-measurement: unsupported (a route the call is not eligible for)
+// is n/a, anything else a failure (counted in sub_failures).
+void record_timing(RouteTiming& out, Result<CallRun> r, int& sub_failures);
+void not_available(RouteTiming& out, const std::string& why);
 Outcome decode(Runtime& rt, Op op, const kdajit_decode_args_t& a, cudaStream_t s);
 
 // Creates the runtimes the options ask for (an optional one that fails is recorded, not fatal).

@@ -14,14 +14,16 @@ namespace kdajit::bench {
 
 using nlohmann::json;
 
-namespace {
-
 json summary_json(const Summary& s) {
   return json{{"n", s.n},     {"median", s.median}, {"min", s.min},  {"p10", s.p10},
               {"p90", s.p90}, {"max", s.max},       {"mean", s.mean}};
 }
 
+namespace {
+
 double ratio(double us, double floor_us) { return floor_us > 0 ? us / floor_us : 0; }
+
+}  // namespace
 
 json timing_json(const RouteTiming& t, double floor_us) {
   json j{{"status", t.status}};
@@ -34,6 +36,8 @@ json timing_json(const RouteTiming& t, double floor_us) {
   }
   return j;
 }
+
+namespace {
 
 json host_json(const HostLoop& h) {
   return json{{"us_per_call", summary_json(h.per_call)},
@@ -107,13 +111,13 @@ json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
   return j;
 }
 
+}  // namespace
+
 std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "";
   return buf;
 }
-
-}  // namespace
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);

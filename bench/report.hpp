@@ -19,7 +19,13 @@ Status write_json(const std::string& path, const nlohmann::json& j);
 // The optional tables (tuning, routes, PDL) first, the main table last.
 void print_tables(const Bench& b, const std::vector<Cell>& cells, const std::vector<CellResult>& results);
 
+// A Summary as {n, median, min, p10, p90, max, mean}.
+nlohmann::json summary_json(const Summary& s);
+// One RouteTiming: status, error, key, route, device_us, and ratio (floor_us > 0).
+nlohmann::json timing_json(const RouteTiming& t, double floor_us);
+
 std::string utc_now();
+std::string host_name();
 std::string first_line_of(const char* path);
 
 }  // namespace kdajit::bench

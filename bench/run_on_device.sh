@@ -17,6 +17,13 @@
 # "ncu" (not a default) profiles the selected kernel of the cells in NCU_CELLS
 # (name and kdajit_bench arguments per line; default: one cell per missed
 # target family of docs/PERFORMANCE.md) into ncu.txt, the eighth file.
+# "prefill" (not a default) runs the prefill grid (`kdajit_bench --op prefill
+# --routes all`, PREFILL_ARGS replacing those two arguments, under a 240 s time
+# limit) into prefill_grid.json, its tables appended to tables.txt; with
+# both ncu and prefill a run writes nine files, one more than come back: run
+# them in two calls. STEPS=prefill alone builds and runs only that (the
+# bench's estimate for the default grid: under a minute of GPU work, plus the
+# build and the prefill keys' compiles).
 # Exit status: 0 only when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +62,16 @@ if step grid; then
     --json "$OUT/grid.json" --commit "$COMMIT" >"$OUT/tables.txt" 2>>"$OUT/run.log"
   s=$?; [ $s = 0 ] || rc=1
   summary+=("grid: rc=$s, $(( $(date +%s) - t )) s, $(grep -c '' "$OUT/tables.txt") table lines")
+fi
+
+# 2b. The prefill grid (bench/README.md, "The prefill grid"), on the same cache.
+if step prefill; then
+  t=$(date +%s)
+  # shellcheck disable=SC2086  # PREFILL_ARGS: arguments, split on purpose
+  "$B/bench/kdajit_bench" --op prefill ${PREFILL_ARGS:---routes all} --time-limit 240 \
+    --json "$OUT/prefill_grid.json" --commit "$COMMIT" >>"$OUT/tables.txt" 2>>"$OUT/run.log"
+  s=$?; [ $s = 0 ] || rc=1
+  summary+=("prefill grid: rc=$s, $(( $(date +%s) - t )) s, $(grep -c '^\[[0-9]*/[0-9]*\] prefill ' "$OUT/run.log") cells logged")
 fi
 
 # 3. Every cached cubin re-hashed and loaded on this GPU.
