@@ -856,6 +856,8 @@ def chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out
 
 def _launch_chunk(args, mapping):
     """Runs kdajit_chunk on the current stream of the tensors' device."""
+    if mapping.device < 0 and not _allow_host_tensors:  # named before the library is asked for the op
+        raise ValueError(f"q: expected a CUDA tensor, got device {mapping.device_name}")
     chunk, _ = _abi.load().chunk_entry_points()
     _run(chunk, "chunk_kda", args, mapping, _CHUNK_FIELD_TO_ARG, lead="q")
 
