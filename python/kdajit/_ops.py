@@ -330,8 +330,9 @@ def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_
         raise ValueError("A_log: expected the [H] f32 log decay rates, which the gate in the kernel needs (for FLA's "
                          "lower_bound * sigmoid(g + dt_bias) without A_log, pass zeros)")
     lead, heads = _check_qkv(q, k, v, g, beta)
-    if not isinstance(output_final_state, bool):
+    if not isinstance(output_final_state, (bool, int)) or output_final_state not in (0, 1):
         raise ValueError(f"output_final_state: expected True or False, got {output_final_state!r}")
+    output_final_state = bool(output_final_state)
     if initial_state is not None and not isinstance(initial_state, torch.Tensor):
         raise ValueError(f"initial_state: expected None or a torch.Tensor, got {type(initial_state).__name__}")
     if initial_state is not None and initial_state.dtype not in (torch.float32, torch.bfloat16):
