@@ -319,8 +319,10 @@ def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_
                    use_gate_in_kernel, use_beta_sigmoid_in_kernel, A_log, dt_bias, lower_bound, cu_seqlens,
                    state_v_first, out, final_state, max_seq_len, kwargs):
     """chunk_kda's arguments as chunk_impl's (a dict; out and final_state
-    allocated where needed, cu_seqlens int32), and whether the final state is
-    returned. Everything checked here is checked before anything is allocated."""
+    allocated where needed, cu_seqlens int32), whether final_state is
+    initial_state, and whether the final state is returned. What Python can
+    check (FLA's options, shapes, dtypes, the scalars' types) is checked before
+    anything is allocated; the library validates the rest before launching."""
     state_v_first, cu_seqlens_cpu = _fla_options(kwargs, state_v_first)
     if not use_gate_in_kernel:
         raise ValueError("use_gate_in_kernel: expected True: kdajit computes the gate in the kernel from the raw "
@@ -337,6 +339,16 @@ def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_
         raise ValueError(f"initial_state: expected None or a torch.Tensor, got {type(initial_state).__name__}")
     if initial_state is not None and initial_state.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"initial_state: expected dtype f32 or bf16, got {initial_state.dtype}")
+    if final_state is not None and not output_final_state:
+        raise ValueError("final_state: given with output_final_state=False; pass output_final_state=True to have "
+                         "the final state written into it")
+    if not traced:
+        _launch._chunk_scalars("softplus" if lower_bound is None else "bounded",
+                               -5.0 if lower_bound is None else lower_bound, D ** -0.5 if scale is None else scale,
+                               use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, state_v_first, max_seq_len)
+        if q.numel() > 0 and _launch._extent(q) < q.numel():
+            raise ValueError(f"q: expected elements that do not overlap (rows of H*128 elements), got shape "
+                             f"{_shape(q)} strides ({', '.join(map(str, q.stride()))})")
     if cu_seqlens is None:
         batch, tokens = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
         cu = _equal_lengths_cu_seqlens(batch, tokens, q.device, traced)
@@ -359,12 +371,6 @@ def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_
                 and cu_seqlens_cpu.device.type == "cpu" and cu_seqlens_cpu.dim() == 1 and cu_seqlens_cpu.numel() > 1):
             max_seq_len = max(0, int((cu_seqlens_cpu[1:] - cu_seqlens_cpu[:-1]).max()))  # the hint, from the host copy
     seqs = cu.shape[0] - 1
-    if final_state is not None and not output_final_state:
-        raise ValueError("final_state: given with output_final_state=False; pass output_final_state=True to have "
-                         "the final state written into it")
-    if not traced and q.numel() > 0 and _launch._extent(q) < q.numel():
-        raise ValueError(f"q: expected elements that do not overlap (rows of H*128 elements), got shape {_shape(q)} "
-                         f"strides ({', '.join(map(str, q.stride()))})")
     if output_final_state and final_state is None:
         dtype = torch.float32 if initial_state is None else initial_state.dtype
         final_state = torch.empty((seqs, heads, D, D), dtype=dtype, device=q.device)

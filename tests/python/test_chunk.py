@@ -300,6 +300,23 @@ class Errors(unittest.TestCase):
                 change(kw)
                 self.assert_rejected(kw, exc, arg, phrase, what)
 
+    def test_python_checks_come_before_any_allocation(self):
+        cases = [(arg, {**base(), arg: value}) for arg, value in (
+            ("lower_bound", "x"), ("scale", "x"), ("max_seq_len", -1), ("use_beta_sigmoid_in_kernel", 2),
+            ("state_v_first", None))]
+        allocated = []
+        empty, to = torch.empty, torch.Tensor.to
+        torch.empty = lambda *a, **k: allocated.append(a) or empty(*a, **k)
+        torch.Tensor.to = lambda self, *a, **k: allocated.append(a) or to(self, *a, **k)
+        try:
+            for arg, kw in cases:
+                with self.subTest(arg), self.assertRaises(ValueError) as cm:
+                    kdajit.chunk_kda(**kw)
+                self.assertTrue(str(cm.exception).startswith(f"{arg}:"), str(cm.exception))
+        finally:
+            torch.empty, torch.Tensor.to = empty, to
+        self.assertEqual(allocated, [])
+
     def test_batch_and_token_dims_that_do_not_merge(self):
         kw = kt.make_chunk_problem(2, [6], form="batch", batch=2, initial=False, seed=41)
         for name in ("q", "k", "v", "g"):
