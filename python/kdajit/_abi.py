@@ -49,7 +49,7 @@ ERROR_INTERNAL = 9
 DTYPE_F32, DTYPE_BF16, DTYPE_INT32 = 0, 1, 2
 GATE_BOUNDED, GATE_SOFTPLUS = 0, 1
 CONV_SD, CONV_DS = 0, 1
-OP_SINGLE, OP_PACKED, OP_PREFILL = 0, 1, 2
+OP_SINGLE, OP_PACKED, OP_PREFILL, OP_CHUNK = 0, 1, 2, 3
 INDICES_UNIQUE_OR_NULL, INDICES_POSITIVE_UNIQUE, INDICES_REPEATED_POSITIVE = 0, 1, 2
 LOG_DEFAULT, LOG_QUIET, LOG_INFO, LOG_DEBUG = -1, 0, 1, 2
 
@@ -115,6 +115,26 @@ class PrefillArgs(ctypes.Structure):
     ]
 
 
+# kdajit_chunk_args_t: its tensor fields and scalars, in header order.
+CHUNK_TENSOR_FIELDS = (
+    "q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state", "final_state", "output", "cu_seqlens",
+)
+CHUNK_SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("scale", "f"), ("qk_l2norm", "i"),
+                       ("beta_sigmoid", "i"), ("state_v_first", "i"), ("max_seq_len", "q"))
+
+
+class ChunkArgs(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t)] + [(name, Tensor) for name in CHUNK_TENSOR_FIELDS] + [
+        ("gate", c_int32),
+        ("lower_bound", c_float),
+        ("scale", c_float),
+        ("qk_l2norm", c_int32),
+        ("beta_sigmoid", c_int32),
+        ("state_v_first", c_int32),
+        ("max_seq_len", c_int64),
+    ]
+
+
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -149,6 +169,7 @@ STRUCTS = {
     "kdajit_tensor_t": Tensor,
     "kdajit_decode_args_t": DecodeArgs,
     "kdajit_prefill_args_t": PrefillArgs,
+    "kdajit_chunk_args_t": ChunkArgs,
     "kdajit_runtime_options_t": RuntimeOptions,
     "kdajit_config_t": Config,
 }
@@ -224,6 +245,14 @@ PREFILL_ENTRY_POINTS = (
 )
 
 
+# The chunk op's entry points, bound by Library.chunk_entry_points as the prefill op's.
+CHUNK_ENTRY_POINTS = (
+    ("kdajit_chunk_args_init", None, [POINTER(ChunkArgs), c_size_t]),
+    ("kdajit_chunk", c_int, [c_void_p, c_char_p, c_void_p]),
+    ("kdajit_validate_chunk_args", c_int, [c_char_p]),
+)
+
+
 class Library:
     """libkdajit.so with typed entry points: each one an attribute of this object
     under its kdajit.h name (e.g. lib.kdajit_config_key), bound to the export that
@@ -278,6 +307,36 @@ class Library:
         fn.argtypes = argtypes
         setattr(self, name, fn)
 
+    def _optional_entry_points(self, entry_points, op, fn_name):
+        """The functions of entry_points ((name, restype, argtypes) triples), each
+        bound to its _v1 export (kdajit.h), else to the plain name; a library
+        without them raises NotImplementedError naming op and the Python function."""
+        fns = []
+        for name, restype, argtypes in entry_points:
+            fn = None
+            for symbol in (name + "_v1", name):  # the _v1 export, else the plain one of this header
+                fn = getattr(self.lib, symbol, None)
+                if fn is not None:
+                    break
+            if fn is None:
+                raise NotImplementedError(f"{self.path} (kdajit {self.version}) has no {name}_v1: a library "
+                                          f"built without the {op} op; {fn_name} needs one with it")
+            fn.restype = restype
+            fn.argtypes = argtypes
+            fns.append(fn)
+        return fns
+
+    def _check_init(self, init, struct_type, c_name, read, want):
+        """init (a *_init_v1) over a struct of 0x5A bytes, read back at the ctypes
+        offsets: read(struct) must give want, else the layouts differ."""
+        a = struct_type()
+        ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
+        init(byref(a), ctypes.sizeof(a))
+        got = read(a)
+        if got != want:
+            raise LibraryNotFound(f"{self.path}: {c_name}_init wrote {got} at the ctypes offsets, "
+                                  f"expected {want}: struct layout mismatch")
+
     def prefill_entry_points(self):
         """(kdajit_prefill, kdajit_validate_prefill_args), bound on first use (only
         fused_kda_prefill needs them), after kdajit_prefill_args_init's defaults
@@ -288,31 +347,36 @@ class Library:
             return eps
         with _lock:
             if "_prefill" not in self.__dict__:
-                fns = []
-                for name, restype, argtypes in PREFILL_ENTRY_POINTS:
-                    fn = None
-                    for symbol in (name + "_v1", name):  # the _v1 export, else the plain one of this header
-                        fn = getattr(self.lib, symbol, None)
-                        if fn is not None:
-                            break
-                    if fn is None:
-                        raise NotImplementedError(f"{self.path} (kdajit {self.version}) has no {name}_v1: a library "
-                                                  "built without the prefill op; fused_kda_prefill needs one with it")
-                    fn.restype = restype
-                    fn.argtypes = argtypes
-                    fns.append(fn)
-                init, prefill, validate = fns
-                a = PrefillArgs()
-                ctypes.memset(byref(a), 0x5A, ctypes.sizeof(a))
-                init(byref(a), ctypes.sizeof(a))
-                got = (a.struct_size, a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter, a.x.data,
-                       a.x.ndim, a.has_initial_state.ndim)
-                want = (ctypes.sizeof(a), GATE_BOUNDED, -5.0, c_float(1e-6).value, 0, None, None, 0, 0)
-                if got != want:
-                    raise LibraryNotFound(f"{self.path}: kdajit_prefill_args_init wrote {got} at the ctypes offsets, "
-                                          f"expected {want}: struct layout mismatch")
+                init, prefill, validate = self._optional_entry_points(PREFILL_ENTRY_POINTS, "prefill",
+                                                                      "fused_kda_prefill")
+                self._check_init(
+                    init, PrefillArgs, "kdajit_prefill_args",
+                    lambda a: (a.struct_size, a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter,
+                               a.x.data, a.x.ndim, a.has_initial_state.ndim),
+                    (ctypes.sizeof(PrefillArgs), GATE_BOUNDED, -5.0, c_float(1e-6).value, 0, None, None, 0, 0))
                 self._prefill = (prefill, validate)
         return self._prefill
+
+    def chunk_entry_points(self):
+        """(kdajit_chunk, kdajit_validate_chunk_args), bound on first use (only
+        chunk_kda needs them), after kdajit_chunk_args_init's defaults are read
+        back at the ctypes offsets; a library without the chunk op raises
+        NotImplementedError."""
+        eps = self.__dict__.get("_chunk")
+        if eps is not None:
+            return eps
+        with _lock:
+            if "_chunk" not in self.__dict__:
+                init, chunk, validate = self._optional_entry_points(CHUNK_ENTRY_POINTS, "chunk", "chunk_kda")
+                self._check_init(
+                    init, ChunkArgs, "kdajit_chunk_args",
+                    lambda a: (a.struct_size, a.gate, a.lower_bound, a.scale, a.qk_l2norm, a.beta_sigmoid,
+                               a.state_v_first, a.max_seq_len, a.q.data, a.q.ndim, a.dt_bias.ndim,
+                               a.initial_state.ndim, a.final_state.ndim),
+                    (ctypes.sizeof(ChunkArgs), GATE_BOUNDED, -5.0, c_float(128 ** -0.5).value, 1, 1, 0, 0, None, 0,
+                     0, 0, 0))
+                self._chunk = (chunk, validate)
+        return self._chunk
 
     def enum(self, name):
         """{spelling: C value} of one enum of kdajit_tables_json() ("op", "dtype",

@@ -63,10 +63,10 @@ class _Config:
             if c.op == _abi.OP_PACKED:
                 raise ValueError(f"tokens: expected T (1..{limits['max_tokens']} tokens per sequence) for the "
                                  "packed op, got None")
-            # The prefill op's key field t is its chunk size.
-            tokens = limits["prefill_chunk"] if c.op == _abi.OP_PREFILL else 1
+            # The prefill and chunk ops' key field t is their chunk size.
+            tokens = limits["prefill_chunk"] if c.op in (_abi.OP_PREFILL, _abi.OP_CHUNK) else 1
         c.tokens = _c_int("tokens", tokens, f"an int in 1..{limits['max_tokens']} (1 for the single op, "
-                          f"{limits['prefill_chunk']} for prefill)")
+                          f"{limits['prefill_chunk']} for prefill and chunk)")
         c.gate = _pick("gate", gate, lib.enum("gate"))
         if arch is not None and not isinstance(arch, (str, bytes)):
             raise ValueError(f"arch: expected None or one of {', '.join(map(repr, _abi.arches()))}, got {arch!r}")
@@ -148,7 +148,9 @@ def key_for(heads, *, rows=1, op="single", state_dtype="f32", conv_layout="sd", 
 def keys_for(heads, *, op="single", state_dtype="f32", conv_layout="sd", tokens=None, gate="bounded", arch=None,
              device=None, state_indices_mode="unique_or_null", sm_count=0):
     """Every kernel key name the selector can pick for this configuration, at
-    any number of rows (what to pre-warm). arch None: the local GPU's, else sm_90."""
+    any number of rows (what to pre-warm). arch None: the local GPU's, else sm_90.
+    op: 'single', 'packed', 'prefill' or 'chunk' (chunk_kda: its keys carry conv sd
+    and t 64, the defaults, e.g. kda_chunk.h16.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90)."""
     cfg = _Config(heads, op, state_dtype, conv_layout, tokens, gate, arch, device, state_indices_mode, sm_count)
     fn = _abi.load().kdajit_config_keys
 
@@ -191,8 +193,10 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
     keys: kernel key names; and/or a pattern: heads (required for a pattern) and
     the other configuration arguments, each a value or a list of values (every
     combination; tokens other than 1 apply to the packed op only, and the packed
-    op needs them given). Each combination contributes every key the selector
-    can pick at any batch size (keys_for).
+    op needs them given; the prefill and chunk ops take 64 only, the chunk op
+    conv 'sd' only, and the combinations that break this are left out). Each
+    combination contributes every key the selector can pick at any batch size
+    (keys_for).
     jobs: parallel compiles (default: the core count). progress(done, total,
     result): called after each key, from the calling thread. runtime: a
     kdajit.Runtime (default: the process runtime, so its cache dir).
@@ -207,6 +211,10 @@ def prewarm(keys=None, *, heads=None, op="single", state_dtype="f32", conv_layou
             h, o, sd, cl, t, g, mode = combo
             if o == "single" and t not in (None, 1):
                 continue  # a token list applies to the packed op
+            if o in ("prefill", "chunk") and t not in (None, _abi.load().tables["prefill_chunk"]):
+                continue  # their t is the chunk size
+            if o == "chunk" and cl != "sd":
+                continue  # chunk keys carry conv sd (the op has no conv)
             if o == "packed" and mode == "repeated_positive":
                 continue  # the packed op has no repeated_positive mode
             names += keys_for(h, op=o, state_dtype=sd, conv_layout=cl, tokens=t, gate=g, arch=arch, device=device,

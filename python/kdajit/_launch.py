@@ -37,6 +37,8 @@ _TORCH_DTYPES = {torch.float32: _abi.DTYPE_F32, torch.bfloat16: _abi.DTYPE_BF16,
 #   rows_h   [R, H] or [1, R, H]
 #   rows_hd  [R, H, 128], [1, R, H, 128], [R, H*128] or [1, R, H*128] -> [R, H, 128]
 #   flat     any shape whose elements lie on one stride (A_log [H] or [1, 1, H, 1], ...) -> 1-D
+#   bt       the chunk op's [T, H, 128] or FLA's [B, T, H, 128] -> [B*T, H, 128] (B and T on one stride)
+#   bt_h     [T, H] or [B, T, H] -> [B*T, H]
 _COMMON = (
     ("x", "x", "rows", "bf16"),
     ("weight", "conv_weight", "asis", "f32"),
@@ -151,6 +153,16 @@ def _view(name, form, shape, strides, heads):
         if len(shape) == 2 and shape[1] == heads * D:
             # [R, H*128] -> [R, H, 128] (a view: the channel stride splits into head and element)
             shape, strides = (shape[0], heads, D), (strides[0], D * strides[1], strides[1])
+    elif form in ("bt", "bt_h") and len(shape) == (4 if form == "bt" else 3):
+        # FLA's [B, T, ...] -> [B*T, ...] rows: B and T must lie on one stride.
+        (b, t), (sb, st) = shape[:2], strides[:2]
+        if b == 1 or t == 1 or sb == t * st:
+            rows, row_stride = b * t, (sb if t == 1 and b != 1 else st)
+            shape, strides = (rows,) + shape[2:], (row_stride,) + strides[2:]
+        else:
+            raise ValueError(f"{name}: expected [B, T, ...] whose batch stride is T times its token stride (the "
+                             f"B*T rows on one stride), got shape {_fmt(shape, '[', ']')} strides "
+                             f"{_fmt(strides, '(', ')')}")
     if len(shape) > _abi.MAX_DIMS:
         raise ValueError(f"{name}: expected at most {_abi.MAX_DIMS} dims, got shape {_fmt(shape, '[', ']')}")
     return shape, strides
@@ -183,10 +195,10 @@ def _check_torch_side(spec, tensors):
             raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
         if t.layout != torch.strided:
             raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
-    x = tensors[0]
+    x, lead = tensors[0], spec[0][0]  # x, or the chunk op's q
     for (name, _, _, want), t in zip(spec, tensors):
         if t.device != x.device:
-            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
+            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of {lead}), got {t.device}")
         if t.dtype not in _TORCH_DTYPES:
             raise ValueError(f"{name}: expected dtype {want}, got {t.dtype}")
 
@@ -270,6 +282,7 @@ def _clear_caches():
     _cache_single.clear()
     _cache_packed.clear()
     _cache_prefill.clear()
+    _cache_chunk.clear()
     _last_single = _last_packed = (None, None)
     if _hot_module is not None:
         _hot_module.clear()
@@ -396,13 +409,14 @@ def _launch(fn_index, op, args, mapping):
     _run(c[fn_index], op, args, mapping)
 
 
-def _run(fn, op, args, mapping, field_to_arg=None):
+def _run(fn, op, args, mapping, field_to_arg=None, lead="x"):
     """Runs entry point fn(runtime, args, stream) on the current stream of the
-    tensors' device; raises _fail's exception for a failed status."""
+    tensors' device; raises _fail's exception for a failed status. lead: the
+    argument whose device the call runs on (x, or the chunk op's q)."""
     device = mapping.device
     if device < 0:
         if not _allow_host_tensors:
-            raise ValueError(f"x: expected a CUDA tensor, got device {mapping.device_name}")
+            raise ValueError(f"{lead}: expected a CUDA tensor, got device {mapping.device_name}")
         status = fn(_handle(), args, 0)
     else:
         stream = _raw_stream(device)
@@ -758,4 +772,109 @@ def prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
             raise _fail(status, "fused_kda_prefill", m, _PREFILL_FIELD_TO_ARG)
         return args
     _launch_prefill(args, m)
+    return None
+
+
+# --- The chunk op -----------------------------------------------------------------
+# kdajit_chunk_args_t from FLA chunk_kda's tensors: the same mapping, cache and
+# packing as the prefill op. kdajit.chunk_kda (_ops) turns FLA's arguments into
+# these (the gate name, the flags as ints, cu_seqlens as int32, the outputs).
+
+# (argument, struct field, form, dtype), in the struct's field order.
+CHUNK_ARGS = (
+    ("q", "q", "bt", "bf16"),
+    ("k", "k", "bt", "bf16"),
+    ("v", "v", "bt", "bf16"),
+    ("g", "g", "bt", "bf16 or f32"),
+    ("beta", "beta", "bt_h", "bf16 or f32"),
+    ("A_log", "A_log", "flat", "f32"),
+    ("dt_bias", "dt_bias", "flat", "f32"),
+    ("initial_state", "initial_state", "asis", "f32 or bf16"),
+    ("final_state", "final_state", "asis", "f32 or bf16"),
+    ("out", "output", "bt", "bf16"),
+    ("cu_seqlens", "cu_seqlens", "flat", "int32"),
+)
+if tuple(f for _, f, _, _ in CHUNK_ARGS) != _abi.CHUNK_TENSOR_FIELDS:
+    raise ImportError("kdajit: CHUNK_ARGS and _abi.CHUNK_TENSOR_FIELDS list different fields")
+_CHUNK_FIELD_TO_ARG = {field: name for name, field, _, _ in CHUNK_ARGS}
+_CHUNK_OPTIONAL = frozenset(("dt_bias", "initial_state", "final_state"))
+_CHUNK_PACKER, _ = _make_packer(_abi.ChunkArgs, _abi.CHUNK_TENSOR_FIELDS, _abi.CHUNK_SCALAR_FIELDS,
+                                "kdajit_chunk_args_t")
+_CHUNK_SIZE = ctypes.sizeof(_abi.ChunkArgs)
+_cache_chunk = {}
+
+
+def _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len):
+    """The scalar fields of kdajit_chunk_args_t after the Python-side checks
+    (types; the library checks the values: lower_bound < 0, scale > 0, ...)."""
+    code = _gate_code(gate)
+    for name, v in (("lower_bound", lower_bound), ("scale", scale)):
+        try:
+            struct.pack("<f", v)
+        except (struct.error, TypeError, OverflowError) as e:
+            raise ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})") from None
+    flags = []
+    for name, v in (("use_qk_l2norm_in_kernel", qk_l2norm), ("use_beta_sigmoid_in_kernel", beta_sigmoid),
+                    ("state_v_first", state_v_first)):
+        if not isinstance(v, (bool, int)) or v not in (0, 1):
+            raise ValueError(f"{name}: expected True or False, got {v!r}")
+        flags.append(int(v))
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= _abi.INT64_MAX:
+        raise ValueError(f"max_seq_len: expected an int >= 0 (an upper bound of the longest sequence; 0: T_total), "
+                         f"got {max_seq_len!r}")
+    return (code, lower_bound, scale, *flags, max_seq_len)
+
+
+def chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate, lower_bound,
+               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len):
+    """The Python path of the chunk op: (mapping, kdajit_chunk_args_t bytes).
+    dt_bias, initial_state and final_state may be None (empty views). Raises
+    ValueError for what torch shows and the C ABI cannot see (non-tensors,
+    mixed devices, dtypes without a kdajit code, batch dims that do not merge,
+    the scalars' Python types); the library validates the rest."""
+    tensors = (q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens)
+    for (name, _, _, want), t in zip(CHUNK_ARGS, tensors):
+        if t is None and name in _CHUNK_OPTIONAL:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+    scalars = _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
+    key = tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    m = _cache_chunk.get(key)
+    if m is None:
+        m = _map(CHUNK_ARGS, tensors, len(_abi.CHUNK_TENSOR_FIELDS))
+        if len(_cache_chunk) >= _CACHE_LIMIT:
+            _cache_chunk.clear()
+        _cache_chunk[key] = m
+    values = []
+    for t, chunk in zip(tensors, m.chunks):
+        values += (0 if t is None else t.data_ptr(), chunk)
+    return m, _CHUNK_PACKER.pack(_CHUNK_SIZE, *values, *scalars)
+
+
+def _launch_chunk(args, mapping):
+    """Runs kdajit_chunk on the current stream of the tensors' device."""
+    if mapping.device < 0 and not _allow_host_tensors:  # named before the library is asked for the op
+        raise ValueError(f"q: expected a CUDA tensor, got device {mapping.device_name}")
+    chunk, _ = _abi.load().chunk_entry_points()
+    _run(chunk, "chunk_kda", args, mapping, _CHUNK_FIELD_TO_ARG, lead="q")
+
+
+def chunk_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate, lower_bound,
+               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len, dry=False):
+    """The chunk op on given tensors (out, final_state and an int32 cu_seqlens
+    prepared by the caller). dry=True: validate in the C library
+    (kdajit_validate_chunk_args) instead of launching and return the
+    kdajit_chunk_args_t bytes."""
+    m, args = chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate,
+                         lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
+    if dry:
+        _, validate = _abi.load().chunk_entry_points()
+        status = validate(args)
+        if status:
+            raise _fail(status, "chunk_kda", m, _CHUNK_FIELD_TO_ARG)
+        return args
+    _launch_chunk(args, m)
     return None

@@ -1,15 +1,16 @@
-"""The public ops (the decode ops in FlashInfer's signatures, the prefill op)
-and their torch custom ops.
+"""The public ops (the decode ops in FlashInfer's signatures, the prefill op,
+FLA's chunk_kda) and their torch custom ops.
 
 Eager calls go straight to the ctypes path (_launch): a torch custom op costs
 dispatcher time on every call and buys nothing there; a CUDA graph captures
 the launch on the current stream either way. Under torch.compile (and any
 tracing with fake or functional tensors) the calls go through the custom ops
 `torch.ops.kdajit.fused_kda_decode` / `packed_fused_kda_decode` /
-`fused_kda_prefill`, which mutate conv_state, state and the output (the
-prefill op also its oob_counter) and have fake implementations, so the graph
-keeps them as opaque in-place kernels. torch < 2.4 has no
-torch.library.custom_op: there the functions are plain (eager only).
+`fused_kda_prefill` / `chunk_kda`, which mutate conv_state, state and the
+output (the prefill op also its oob_counter; the chunk op its output and final
+state) and have fake implementations, so the graph keeps them as opaque
+in-place kernels. torch < 2.4 has no torch.library.custom_op: there the
+functions are plain (eager only).
 """
 from typing import Optional
 
@@ -82,12 +83,31 @@ if HAS_CUSTOM_OPS:
                       max_seq_len, output, oob_counter):
         return None
 
+    # The chunk op writes output and final_state. An in-place final state (the
+    # same tensor as initial_state) is passed once, as final_state with
+    # state_in_place True, so that no two arguments of the op alias.
+    @torch.library.custom_op("kdajit::chunk_kda", mutates_args=("output", "final_state"))
+    def _chunk_def(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                   A_log: torch.Tensor, dt_bias: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
+                   cu_seqlens: torch.Tensor, gate: str, lower_bound: float, scale: float, qk_l2norm: bool,
+                   beta_sigmoid: bool, state_v_first: bool, max_seq_len: int, output: torch.Tensor,
+                   final_state: Optional[torch.Tensor], state_in_place: bool) -> None:
+        _launch.chunk_impl(q, k, v, g, beta, A_log, dt_bias, final_state if state_in_place else initial_state,
+                           final_state, output, cu_seqlens, gate, lower_bound, scale, qk_l2norm, beta_sigmoid,
+                           state_v_first, max_seq_len)
+
+    @_chunk_def.register_fake
+    def _chunk_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, gate, lower_bound, scale, qk_l2norm,
+                    beta_sigmoid, state_v_first, max_seq_len, output, final_state, state_in_place):
+        return None
+
     # Calls go through the op overload packets (what torch.compile traces best).
     _fused_op = torch.ops.kdajit.fused_kda_decode
     _packed_op = torch.ops.kdajit.packed_fused_kda_decode
     _prefill_op = torch.ops.kdajit.fused_kda_prefill
+    _chunk_op = torch.ops.kdajit.chunk_kda
 else:
-    _fused_op = _packed_op = _prefill_op = None
+    _fused_op = _packed_op = _prefill_op = _chunk_op = None
 
 
 def fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
@@ -199,6 +219,241 @@ def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_
     return out
 
 
+# --- chunk_kda: FLA's chunk_kda over kdajit_chunk ------------------------------------
+
+D = _launch.D
+
+# FLA chunk_kda keyword arguments that kdajit takes only at the value it serves:
+# (name, the value served, what kdajit would need for another).
+_FLA_FIXED = (
+    ("allow_neg_eigval", False, "beta = 2 * sigmoid(beta) (negative eigenvalues) is not computed by kdajit"),
+    ("disable_recompute", False, "kdajit is a forward (inference) op: it keeps no activations for a backward pass"),
+    ("return_intermediate_states", False, "kdajit returns no per-chunk states"),
+    ("cp_context", None, "context parallelism is not supported by kdajit"),
+)
+_CU_CACHE_LIMIT = 64
+_equal_cu = {}  # (B, T, device) -> int32 [B+1] tensor arange(B+1) * T
+
+
+def _equal_lengths_cu_seqlens(batch, tokens, device, traced):
+    """cu_seqlens of `batch` sequences of `tokens` each: arange(B+1) * T as int32 on
+    the device, computed there (no host sync) and kept per (B, T, device), so that
+    repeated calls and graph replays allocate nothing. A tensor made while the
+    stream captures a graph is not kept: its values exist only in the graph's replays."""
+    key = (batch, tokens, device)
+    cu = None if traced else _equal_cu.get(key)
+    if cu is None:
+        cu = torch.arange(batch + 1, dtype=torch.int32, device=device).mul_(tokens)
+        if not traced and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            if len(_equal_cu) >= _CU_CACHE_LIMIT:
+                _equal_cu.clear()
+            _equal_cu[key] = cu
+    return cu
+
+
+def _fla_options(kwargs, state_v_first):
+    """FLA's other keyword arguments: (state_v_first, cu_seqlens_cpu). The ones
+    kdajit serves at one value only raise NotImplementedError for another;
+    names FLA does not know raise TypeError, as Python does."""
+    kw = dict(kwargs)
+    if "transpose_state_layout" in kw:  # FLA's deprecated name of state_v_first
+        value = kw.pop("transpose_state_layout")
+        if state_v_first:
+            raise ValueError("transpose_state_layout: the deprecated name of state_v_first: pass one of them, "
+                             "not both")
+        state_v_first = value
+    kw.pop("safe_gate", None)  # FLA's choice between two kernels of the same math; kdajit has one
+    cu_seqlens_cpu = kw.pop("cu_seqlens_cpu", None)
+    for name, served, why in _FLA_FIXED:
+        if name in kw:
+            value = kw.pop(name)
+            if (value is not None) if served is None else bool(value):
+                raise NotImplementedError(f"{name}: expected {served!r} (kdajit serves only that), got {value!r}: "
+                                          f"{why}")
+    if "chunk_size" in kw:
+        size = kw.pop("chunk_size")
+        if size == 32:
+            raise NotImplementedError("chunk_size: expected 64 (kdajit's chunk), got 32")
+        if isinstance(size, bool) or size != 64:
+            raise ValueError(f"chunk_size: expected 64 (kdajit's chunk), got {size!r}")
+    if kw:
+        raise TypeError(f"chunk_kda() got an unexpected keyword argument {next(iter(kw))!r}")
+    return state_v_first, cu_seqlens_cpu
+
+
+def _shape(t):
+    return "[" + ", ".join(str(n) for n in t.shape) + "]"
+
+
+def _check_qkv(q, k, v, g, beta):
+    """FLA's shape rules for q, k, v, g, beta, and what kdajit does not serve
+    (K or V other than 128, GVA, fp16 / f32 q, k, v): (leading dims, H)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if q.dim() not in (3, 4):
+        raise ValueError(f"q: expected [B, T, H, 128] or [T, H, 128], got shape {_shape(q)}")
+    lead, heads = tuple(q.shape[:-2]), q.shape[-2]
+    if q.shape[-1] != D:
+        raise NotImplementedError(f"q: expected head dim K = {D} (the only one kdajit has), got K = {q.shape[-1]}")
+    if tuple(k.shape) != tuple(q.shape):
+        raise ValueError(f"k: expected q's shape {_shape(q)}, got {_shape(k)}")
+    if v.dim() != q.dim() or tuple(v.shape[:-2]) != lead:
+        raise ValueError(f"v: expected [{', '.join(map(str, lead))}, H, 128] (q's leading dims), got {_shape(v)}")
+    if v.shape[-2] != heads:
+        raise NotImplementedError(f"v: expected H = {heads} value heads (q's): GVA (HV != H) is not supported, got "
+                                  f"HV = {v.shape[-2]}")
+    if v.shape[-1] != D:
+        raise NotImplementedError(f"v: expected head dim V = {D} (the only one kdajit has), got V = {v.shape[-1]}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype in (torch.float16, torch.float32):
+            raise NotImplementedError(f"{name}: expected dtype bf16 (kdajit's q, k, v and o), got {t.dtype}")
+    if g.dim() != q.dim() or tuple(g.shape[:-2]) != lead:
+        raise ValueError(f"g: expected [{', '.join(map(str, lead))}, H, 128] (q's leading dims), got {_shape(g)}")
+    if beta.dim() != q.dim() - 1 or tuple(beta.shape[:-1]) != lead:
+        raise ValueError(f"beta: expected [{', '.join(map(str, lead))}, H] (q's leading dims), got {_shape(beta)}")
+    return lead, heads
+
+
+def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                   use_gate_in_kernel, use_beta_sigmoid_in_kernel, A_log, dt_bias, lower_bound, cu_seqlens,
+                   state_v_first, out, final_state, max_seq_len, kwargs):
+    """chunk_kda's arguments as chunk_impl's (a dict; out and final_state
+    allocated where needed, cu_seqlens int32), whether final_state is
+    initial_state, and whether the final state is returned. What Python can
+    check (FLA's options, shapes, dtypes, the scalars' types) is checked before
+    anything is allocated; the library validates the rest before launching."""
+    state_v_first, cu_seqlens_cpu = _fla_options(kwargs, state_v_first)
+    if not use_gate_in_kernel:
+        raise ValueError("use_gate_in_kernel: expected True: kdajit computes the gate in the kernel from the raw "
+                         "gate g with A_log and dt_bias (and lower_bound for the bounded gate); the precomputed "
+                         "log-decay form of g (use_gate_in_kernel=False) is not offered")
+    if A_log is None:
+        raise ValueError("A_log: expected the [H] f32 log decay rates, which the gate in the kernel needs (for FLA's "
+                         "lower_bound * sigmoid(g + dt_bias) without A_log, pass zeros)")
+    lead, heads = _check_qkv(q, k, v, g, beta)
+    if not isinstance(output_final_state, (bool, int)) or output_final_state not in (0, 1):
+        raise ValueError(f"output_final_state: expected True or False, got {output_final_state!r}")
+    output_final_state = bool(output_final_state)
+    if initial_state is not None and not isinstance(initial_state, torch.Tensor):
+        raise ValueError(f"initial_state: expected None or a torch.Tensor, got {type(initial_state).__name__}")
+    if initial_state is not None and initial_state.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"initial_state: expected dtype f32 or bf16, got {initial_state.dtype}")
+    if final_state is not None and not output_final_state:
+        raise ValueError("final_state: given with output_final_state=False; pass output_final_state=True to have "
+                         "the final state written into it")
+    if not traced:
+        _launch._chunk_scalars("softplus" if lower_bound is None else "bounded",
+                               -5.0 if lower_bound is None else lower_bound, D ** -0.5 if scale is None else scale,
+                               use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, state_v_first, max_seq_len)
+        if q.numel() > 0 and _launch._extent(q) < q.numel():
+            raise ValueError(f"q: expected elements that do not overlap (rows of H*128 elements), got shape "
+                             f"{_shape(q)} strides ({', '.join(map(str, q.stride()))})")
+    if cu_seqlens is None:
+        batch, tokens = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
+        cu = _equal_lengths_cu_seqlens(batch, tokens, q.device, traced)
+        if max_seq_len == 0:
+            max_seq_len = tokens
+    else:
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+            got = _shape(cu_seqlens) if isinstance(cu_seqlens, torch.Tensor) else type(cu_seqlens).__name__
+            raise ValueError(f"cu_seqlens: expected None or a [N+1] int32 or int64 tensor (N >= 1), got {got}")
+        if len(lead) == 2 and lead[0] != 1:
+            raise ValueError(f"q: expected batch size 1 with cu_seqlens (the sequences packed in dim 1, as FLA), "
+                             f"got B = {lead[0]}")
+        if cu_seqlens.dtype == torch.int64:
+            cu = cu_seqlens.to(torch.int32)  # on the device: no host sync
+        elif cu_seqlens.dtype == torch.int32:
+            cu = cu_seqlens
+        else:
+            raise ValueError(f"cu_seqlens: expected dtype int32 or int64, got {cu_seqlens.dtype}")
+        if (max_seq_len == 0 and not traced and isinstance(cu_seqlens_cpu, torch.Tensor)
+                and cu_seqlens_cpu.device.type == "cpu" and cu_seqlens_cpu.dim() == 1 and cu_seqlens_cpu.numel() > 1):
+            max_seq_len = max(0, int((cu_seqlens_cpu[1:] - cu_seqlens_cpu[:-1]).max()))  # the hint, from the host copy
+    seqs = cu.shape[0] - 1
+    if output_final_state and final_state is None:
+        dtype = torch.float32 if initial_state is None else initial_state.dtype
+        final_state = torch.empty((seqs, heads, D, D), dtype=dtype, device=q.device)
+    in_place = final_state is not None and initial_state is not None and (final_state is initial_state or (
+        not traced and final_state.data_ptr() == initial_state.data_ptr() and final_state.shape == initial_state.shape
+        and final_state.stride() == initial_state.stride() and final_state.dtype == initial_state.dtype))
+    if out is None:
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    a = dict(q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+             final_state=final_state, out=out, cu_seqlens=cu, gate="softplus" if lower_bound is None else "bounded",
+             lower_bound=-5.0 if lower_bound is None else lower_bound, scale=D ** -0.5 if scale is None else scale,
+             qk_l2norm=use_qk_l2norm_in_kernel, beta_sigmoid=use_beta_sigmoid_in_kernel, state_v_first=state_v_first,
+             max_seq_len=max_seq_len)
+    return a, in_place, output_final_state
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, *,
+              A_log=None, dt_bias=None, lower_bound=None, cu_seqlens=None, state_v_first=False, out=None,
+              final_state=None, max_seq_len=0, **kwargs):
+    """FLA's chunk_kda (fla.ops.kda.chunk_kda, forward) on kdajit's kernel: the
+    gated delta rule of N sequences, chunked 64 tokens a chunk, from an initial
+    state per sequence (or zero). Returns (o, final state or None), as FLA.
+
+    FLA's arguments and meaning, with the gate always in the kernel:
+      q, k, v [B, T, H, 128] (B = 1 with cu_seqlens: the sequences packed in dim 1) or
+        [T, H, 128], bf16; without cu_seqlens, B sequences of T tokens each;
+      g [.., H, 128] bf16 or f32: the raw gate, to which dt_bias is added;
+      beta [.., H] bf16 or f32: logits with use_beta_sigmoid_in_kernel, else beta itself;
+      A_log [H] f32 (required); dt_bias [H*128] or [H, 128] f32, or None;
+      lower_bound None: gate -exp(A_log) * softplus(g + dt_bias); else (< 0)
+        lower_bound * sigmoid(exp(A_log) * (g + dt_bias));
+      scale: q's scale (None: 128 ** -0.5); use_qk_l2norm_in_kernel: q, k / sqrt(sum x^2 + 1e-6);
+      initial_state None or [N, H, 128, 128] f32 or bf16, [n, h, k, v] (FLA's layout) or, with
+        state_v_first, [n, h, v, k]; it is only read (unless final_state is it);
+      cu_seqlens None or [N+1] int32 or int64 on q's device (an int64 one is converted to int32
+        on the device: one small kernel and allocation per call, no host sync; pass int32 to
+        avoid it).
+    use_gate_in_kernel must be True (ValueError otherwise: kdajit takes the raw gate; FLA's
+    precomputed log decay is not offered).
+    output_final_state: the state after each sequence's last token goes into final_state,
+    allocated [N, H, 128, 128] in initial_state's dtype (f32 without one) unless given; give
+    initial_state itself to update it in place. out: o's tensor, allocated like q in bf16
+    when None. max_seq_len: a host-side upper bound of the longest sequence for the route
+    choice only (0: T without cu_seqlens, else FLA's cu_seqlens_cpu when given, else T_total).
+    FLA's other keyword arguments: safe_gate and cu_seqlens_cpu are taken (the first
+    changes nothing), transpose_state_layout is state_v_first; allow_neg_eigval,
+    disable_recompute, return_intermediate_states, cp_context and chunk_size only at their
+    defaults (64 for chunk_size); others raise NotImplementedError (GVA, K or V other than
+    128, fp16 / f32 q). Forward only (no autograd).
+
+    Launches on torch's current stream of q's device, without host syncs; allocates only o,
+    the final state and the int32 cu_seqlens (see above; without cu_seqlens one per (B, T,
+    device), kept), so a CUDA graph captures it. Contract violations raise ValueError,
+    unsupported configurations NotImplementedError, before anything is written.
+    """
+    traced = _chunk_op is not None and (type(q) is not _Tensor or _is_compiling())
+    a, in_place, returns_state = _chunk_prepare(
+        traced, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+        use_gate_in_kernel, use_beta_sigmoid_in_kernel, A_log, dt_bias, lower_bound, cu_seqlens, state_v_first, out,
+        final_state, max_seq_len, kwargs)
+    if traced:
+        _chunk_op(a["q"], a["k"], a["v"], a["g"], a["beta"], a["A_log"], a["dt_bias"],
+                  None if in_place else a["initial_state"], a["cu_seqlens"], a["gate"], float(a["lower_bound"]),
+                  float(a["scale"]),
+                  bool(a["qk_l2norm"]), bool(a["beta_sigmoid"]), bool(a["state_v_first"]), a["max_seq_len"],
+                  a["out"], a["final_state"], in_place)
+    else:
+        _launch.chunk_impl(**a)
+    return a["out"], (a["final_state"] if returns_state else None)
+
+
+def _chunk_dry(args, kwargs, what):
+    import inspect
+
+    bound = inspect.signature(chunk_kda).bind(*args, **kwargs)
+    bound.apply_defaults()
+    b = dict(bound.arguments)
+    extra = b.pop("kwargs")
+    a, _, _ = _chunk_prepare(False, **b, kwargs=extra)
+    return _launch.chunk_impl(**a, dry=what)
+
+
 def _bound(op, args, kwargs):
     import inspect
 
@@ -207,7 +462,8 @@ def _bound(op, args, kwargs):
            "packed_fused_kda_decode": (packed_fused_kda_decode, _launch.packed_impl, "output"),
            "fused_kda_prefill": (fused_kda_prefill, _launch.prefill_impl, "out")}
     if not isinstance(name, str) or name not in ops:
-        raise ValueError(f"op: expected fused_kda_decode, packed_fused_kda_decode or fused_kda_prefill, got {op!r}")
+        raise ValueError(f"op: expected fused_kda_decode, packed_fused_kda_decode, fused_kda_prefill or chunk_kda, "
+                         f"got {op!r}")
     fn, impl, out = ops[name]
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
@@ -219,10 +475,13 @@ def _bound(op, args, kwargs):
 
 def dry_run(op, *args, **kwargs):
     """What a call of `op` (fused_kda_decode / packed_fused_kda_decode /
-    fused_kda_prefill, or its name) with these arguments would pass to the C
-    library: the kdajit_decode_args_t (kdajit_prefill_args_t) bytes, after the
-    same mapping and kdajit_validate_args (kdajit_validate_prefill_args), without launching.
+    fused_kda_prefill / chunk_kda, or its name) with these arguments would pass to
+    the C library: the kdajit_decode_args_t (kdajit_prefill_args_t,
+    kdajit_chunk_args_t) bytes, after the same mapping and kdajit_validate_args
+    (kdajit_validate_prefill_args, kdajit_validate_chunk_args), without launching.
     Tensors may live on the CPU (their addresses are only checked, never read)."""
+    if getattr(op, "__name__", op) == "chunk_kda":
+        return _chunk_dry(args, kwargs, True)
     impl, a = _bound(op, args, kwargs)
     return impl(**a, dry=True)
 
@@ -231,9 +490,10 @@ def selected_key(op, *args, **kwargs):
     """The kernel key name a call of `op` with these arguments would launch on the
     current stream (validation and route selection; nothing compiled or launched):
     what to pre-warm for exactly this call. The decode ops only: the C ABI has
-    no key query for the prefill op."""
-    if getattr(op, "__name__", op) == "fused_kda_prefill":
-        raise ValueError("op: expected fused_kda_decode or packed_fused_kda_decode (the C ABI has no key query "
-                         "for fused_kda_prefill)")
+    no key query for the prefill and chunk ops."""
+    name = getattr(op, "__name__", op)
+    if name in ("fused_kda_prefill", "chunk_kda"):
+        raise ValueError(f"op: expected fused_kda_decode or packed_fused_kda_decode (the C ABI has no key query "
+                         f"for {name})")
     impl, a = _bound(op, args, kwargs)
     return impl(**a, dry="key")

@@ -64,6 +64,27 @@ int main(void) {
   FIELD(kdajit_prefill_args_t, max_seq_len);
   FIELD(kdajit_prefill_args_t, oob_counter);
 
+  STRUCT(kdajit_chunk_args_t);
+  FIELD(kdajit_chunk_args_t, struct_size);
+  FIELD(kdajit_chunk_args_t, q);
+  FIELD(kdajit_chunk_args_t, k);
+  FIELD(kdajit_chunk_args_t, v);
+  FIELD(kdajit_chunk_args_t, g);
+  FIELD(kdajit_chunk_args_t, beta);
+  FIELD(kdajit_chunk_args_t, A_log);
+  FIELD(kdajit_chunk_args_t, dt_bias);
+  FIELD(kdajit_chunk_args_t, initial_state);
+  FIELD(kdajit_chunk_args_t, final_state);
+  FIELD(kdajit_chunk_args_t, output);
+  FIELD(kdajit_chunk_args_t, cu_seqlens);
+  FIELD(kdajit_chunk_args_t, gate);
+  FIELD(kdajit_chunk_args_t, lower_bound);
+  FIELD(kdajit_chunk_args_t, scale);
+  FIELD(kdajit_chunk_args_t, qk_l2norm);
+  FIELD(kdajit_chunk_args_t, beta_sigmoid);
+  FIELD(kdajit_chunk_args_t, state_v_first);
+  FIELD(kdajit_chunk_args_t, max_seq_len);
+
   STRUCT(kdajit_runtime_options_t);
   FIELD(kdajit_runtime_options_t, struct_size);
   FIELD(kdajit_runtime_options_t, cache_dir);

@@ -488,3 +488,171 @@ def snapshot(p):
     views = {k: (copy_strided(v.cpu()) if v is not None else None) for k, v in p.views.items()}
     return Problem(p.op, args, views, p.lower_bound, p.norm_eps, p.mode)
 
+
+
+# --- The chunk op (kdajit.chunk_kda, FLA's chunk_kda) ----------------------------------
+# Its float64 reference is the token-by-token recurrence of FLA's naive_recurrent_kda
+# with kdajit's gates (docs/CONTRACT.md §2 step 4), written here in torch.
+
+def chunk_reference(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, *, initial_state=None, lower_bound=None,
+                    scale=None, qk_l2norm=True, beta_sigmoid=True, state_v_first=False):
+    """(o [T_total, H, 128] f64, final state [N, H, 128, 128] f64) of the chunk op,
+    token by token in float64, on the CPU. q, k, v, g [T_total, H, 128], beta
+    [T_total, H] (any float dtype, any device); A_log [H], dt_bias H*128 values
+    or None; cu_seqlens the N+1 row offsets (a list or tensor, well-formed);
+    initial_state None (zero) or [N, H, 128, 128], [n, h, k, v] or, with
+    state_v_first, [n, h, v, k]; the final state comes back in the same layout.
+    Per token and head, with S [K, V]: q, k / sqrt(sum x^2 + 1e-6) (qk_l2norm),
+    S = diag(exp(gate)) S; S += beta k (v - S^T k)^T; o = (scale q)^T S.
+    Rows no sequence owns are zeros."""
+    f64 = torch.float64
+    q, k, v, g = (t.detach().cpu().to(f64) for t in (q, k, v, g))
+    beta = beta.detach().cpu().to(f64)
+    rows, heads = q.shape[0], q.shape[1]
+    a = torch.exp(A_log.detach().cpu().to(f64).reshape(heads, 1))
+    x = g + (0 if dt_bias is None else dt_bias.detach().cpu().to(f64).reshape(heads, D))
+    if lower_bound is None:
+        gate = -a * torch.nn.functional.softplus(x)  # softplus(x) = x for x > 20, as the kernels
+    else:
+        gate = lower_bound * torch.sigmoid(a * x)
+    decay = torch.exp(gate)
+    if qk_l2norm:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    b = torch.sigmoid(beta) if beta_sigmoid else beta
+    scale = D ** -0.5 if scale is None else scale
+    cu = [int(c) for c in (cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens)]
+    seqs = len(cu) - 1
+    o = torch.zeros(rows, heads, D, dtype=f64)
+    final = torch.zeros(seqs, heads, D, D, dtype=f64)
+    for n in range(seqs):
+        if initial_state is None:
+            s = torch.zeros(heads, D, D, dtype=f64)
+        else:
+            s = initial_state[n].detach().cpu().to(f64)
+            s = s.transpose(-1, -2).clone() if state_v_first else s.clone()  # [h, k, v]
+        for t in range(cu[n], cu[n + 1]):
+            s = decay[t].unsqueeze(-1) * s
+            err = v[t] - torch.einsum("hk,hkv->hv", k[t], s)
+            s = s + b[t].reshape(heads, 1, 1) * k[t].unsqueeze(-1) * err.unsqueeze(-2)
+            o[t] = torch.einsum("hk,hkv->hv", scale * q[t], s)
+        final[n] = s.transpose(-1, -2) if state_v_first else s
+    return o, final
+
+
+def make_chunk_problem(heads=4, lengths=(5, 3), *, batch=None, form="varlen", cu_dtype=torch.int64,
+                       state_dtype=torch.float32, initial=True, gate="bounded", g_dtype=torch.bfloat16,
+                       beta_dtype=torch.bfloat16, dt_bias=True, slow_decay=False, seed=0, device="cpu"):
+    """Random chunk_kda arguments (a dict of keyword arguments; docs/CONTRACT.md §8
+    distributions). form "varlen": [1, T_total, H, 128] with cu_seqlens of
+    `lengths` (cu_dtype); "batch": [batch, L, H, 128] without cu_seqlens, L =
+    lengths[0]; "3d": [T_total, H, 128] with cu_seqlens. initial: an initial
+    state of state_dtype (False: none). The flags are the engine's (all in the
+    kernel, lower_bound -5 for the bounded gate, None for softplus).
+    slow_decay: A_log and dt_bias that put the per-token log decay near -1e-3
+    (the §8 draws decay by about e^-2 a token, so that nothing of a state
+    outlives a chunk): the state carried from chunk to chunk then shows in o."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, dtype=torch.bfloat16, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype)
+
+    if form == "batch":
+        lengths = [lengths[0]] * batch
+        lead = (batch, lengths[0])
+    else:
+        lead = (1, sum(lengths)) if form == "varlen" else (sum(lengths),)
+    seqs = len(lengths)
+    kw = dict(q=rnd(*lead, heads, D), k=rnd(*lead, heads, D), v=rnd(*lead, heads, D),
+              g=rnd(*lead, heads, D, dtype=g_dtype), beta=rnd(*lead, heads, dtype=beta_dtype),
+              A_log=rnd(heads, dtype=torch.float32, scale=0.5),
+              dt_bias=rnd(heads * D, dtype=torch.float32, scale=0.1) if dt_bias or slow_decay else None,
+              initial_state=rnd(seqs, heads, D, D, dtype=state_dtype, scale=0.1) if initial else None,
+              output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+              use_beta_sigmoid_in_kernel=True, lower_bound=-5.0 if gate == "bounded" else None)
+    if slow_decay:
+        # bounded: -5 sigmoid(e^1 (g - 3)) ~ -5 sigmoid(-8); softplus: -e^-4 softplus(g - 3) ~ -1e-3.
+        kw["A_log"] += 1.0 if gate == "bounded" else -4.0
+        kw["dt_bias"] -= 3.0
+    if form != "batch":
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + n)
+        kw["cu_seqlens"] = torch.tensor(offsets, dtype=cu_dtype)
+    if device != "cpu":
+        kw = {name: (t.to(device) if isinstance(t, torch.Tensor) else t) for name, t in kw.items()}
+    return kw
+
+
+def chunk_reference_of(kw):
+    """chunk_reference of chunk_kda keyword arguments (as make_chunk_problem
+    gives them, any form): (o shaped like q, final state), float64 on the CPU."""
+    q = kw["q"]
+    heads = q.shape[-2]
+    rows = q.numel() // (heads * D)
+    cu = kw.get("cu_seqlens")
+    if cu is None:
+        batch, length = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
+        cu = [i * length for i in range(batch + 1)]
+    flat = {name: kw[name].reshape(rows, heads, D) for name in ("q", "k", "v", "g")}
+    o, final = chunk_reference(
+        flat["q"], flat["k"], flat["v"], flat["g"], kw["beta"].reshape(rows, heads), kw["A_log"], kw.get("dt_bias"),
+        cu, initial_state=kw.get("initial_state"), lower_bound=kw.get("lower_bound"), scale=kw.get("scale"),
+        qk_l2norm=kw.get("use_qk_l2norm_in_kernel", False), beta_sigmoid=kw.get("use_beta_sigmoid_in_kernel", False),
+        state_v_first=kw.get("state_v_first", False))
+    return o.reshape(q.shape), final
+
+
+def _host_view(t):
+    """A torch view of one kdajit_tensor_t of host memory (data, dtype, shape, strides)."""
+    import ctypes
+
+    dtype = {0: torch.float32, 1: torch.bfloat16, 2: torch.int32}[t.dtype]
+    shape, strides = list(t.shape)[:t.ndim], list(t.strides)[:t.ndim]
+    span = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    size = torch.empty(0, dtype=dtype).element_size()
+    flat = torch.frombuffer((ctypes.c_char * (span * size)).from_address(t.data), dtype=dtype)
+    return flat.as_strided(shape, strides)
+
+
+def run_chunk_args_reference(args):
+    """The f64 chunk reference on kdajit_chunk_args_t bytes of host tensors, in
+    place: it reads every input through the struct's views and flags, and writes
+    output (bf16) and, when set, final_state (its dtype). The tests' stand-in
+    for the kernel where there is no GPU: what it computes from the bytes is
+    what a launch would be asked for."""
+    from kdajit import _abi
+
+    a = _abi.ChunkArgs.from_buffer_copy(args)
+    views = {name: (_host_view(getattr(a, name)) if getattr(a, name).data else None)
+             for name in _abi.CHUNK_TENSOR_FIELDS}
+    o, final = chunk_reference(
+        views["q"], views["k"], views["v"], views["g"], views["beta"], views["A_log"], views["dt_bias"],
+        views["cu_seqlens"], initial_state=views["initial_state"],
+        lower_bound=None if a.gate == _abi.GATE_SOFTPLUS else a.lower_bound, scale=a.scale,
+        qk_l2norm=bool(a.qk_l2norm), beta_sigmoid=bool(a.beta_sigmoid), state_v_first=bool(a.state_v_first))
+    views["output"].copy_(o.to(torch.bfloat16))
+    if views["final_state"] is not None:
+        views["final_state"].copy_(final.to(views["final_state"].dtype))
+
+
+def check_chunk(tc, kw, got_o, got_final, what=""):
+    """The chunk op's result against chunk_reference_of(kw) (kw: the arguments from
+    before the call): output §8 (rel L2 <= 1e-2, atol 2e-2 + rtol 3e-2), final state
+    §10.6 (rel L2 <= 2e-3 f32, 8e-3 bf16). Returns (output error, state error)."""
+    want_o, want_final = chunk_reference_of(kw)
+    pre = f"{what}: " if what else ""
+    tc.assertEqual(got_o.numel(), want_o.numel(), f"{pre}o: {got_o.numel()} elements, expected q's")
+    got = got_o.detach().cpu().reshape(want_o.shape)  # o as allocated (q's shape) or any given form
+    tc.assertEqual(got.dtype, torch.bfloat16, f"{pre}o: dtype")
+    tc.assertTrue(bool(torch.isfinite(got.float()).all()), f"{pre}o: not finite")
+    o_err = rel_l2(got, want_o)
+    tc.assertLessEqual(o_err, 1e-2, f"{pre}o: relative L2 error {o_err:.3g} > 1e-2")
+    close = torch.isclose(got.double(), want_o, rtol=3e-2, atol=2e-2)
+    tc.assertTrue(bool(close.all()), f"{pre}o: {int((~close).sum())} elements outside rtol 3e-2 / atol 2e-2")
+    s_err = None
+    if got_final is not None:
+        tol = 2e-3 if got_final.dtype == torch.float32 else 8e-3
+        s_err = rel_l2(got_final.detach().cpu(), want_final)
+        tc.assertLessEqual(s_err, tol, f"{pre}final state: relative L2 error {s_err:.3g} > {tol}")
+    return o_err, s_err

@@ -88,6 +88,15 @@ class Layout(unittest.TestCase):
         self.assertEqual(tuple(f for _, f, _, _ in _launch.PREFILL_ARGS), _abi.PREFILL_TENSOR_FIELDS)
         self.assertEqual([f for f, _ in _abi.PrefillArgs._fields_][1:15], list(_abi.PREFILL_TENSOR_FIELDS))
 
+    def test_chunk_packer_writes_each_field_where_ctypes_reads_it(self):
+        self.check_packer(_launch._CHUNK_PACKER, _abi.ChunkArgs, _abi.CHUNK_TENSOR_FIELDS, 0x7171, 0x3000,
+                          {"gate": 1, "lower_bound": -2.5, "scale": 0.125, "qk_l2norm": 0, "beta_sigmoid": 1,
+                           "state_v_first": 1, "max_seq_len": 2**40 + 5})
+
+    def test_chunk_arguments_map_onto_the_struct_fields(self):
+        self.assertEqual(tuple(f for _, f, _, _ in _launch.CHUNK_ARGS), _abi.CHUNK_TENSOR_FIELDS)
+        self.assertEqual([f for f, _ in _abi.ChunkArgs._fields_][1:12], list(_abi.CHUNK_TENSOR_FIELDS))
+
 
 class HeaderConstants(unittest.TestCase):
     def test_enum_values_match_the_header(self):
@@ -150,6 +159,20 @@ class Statuses(unittest.TestCase):
         self.assertEqual(ctypes.cast(prefill, ctypes.c_void_p).value,
                          ctypes.cast(lib.lib.kdajit_prefill_v1, ctypes.c_void_p).value)
 
+    def test_chunk_entry_points_are_the_v1_exports(self):
+        # Bound on first use; kdajit_chunk_args_init's defaults are read back there.
+        lib = _abi.load()
+        if not hasattr(lib.lib, "kdajit_chunk_v1"):
+            with self.assertRaises(NotImplementedError) as cm:
+                lib.chunk_entry_points()
+            self.assertIn("chunk_kda needs one with it", str(cm.exception))
+            self.skipTest(f"{lib.path} has no kdajit_chunk_v1 (the chunk op is not in this build)")
+        chunk, validate = lib.chunk_entry_points()
+        self.assertEqual(ctypes.cast(chunk, ctypes.c_void_p).value,
+                         ctypes.cast(lib.lib.kdajit_chunk_v1, ctypes.c_void_p).value)
+        self.assertEqual(ctypes.cast(validate, ctypes.c_void_p).value,
+                         ctypes.cast(lib.lib.kdajit_validate_chunk_args_v1, ctypes.c_void_p).value)
+
     def test_sized_entry_points_are_the_v1_exports(self):
         # The plain symbols take the 0.1.0 structs (no struct_size): the package never calls them.
         lib = _abi.load()
@@ -164,7 +187,10 @@ class Tables(unittest.TestCase):
 
     def test_spellings_map_onto_the_header_numbers(self):
         lib = _abi.load()
-        self.assertEqual(lib.enum("op"), {"single": _abi.OP_SINGLE, "packed": _abi.OP_PACKED, "prefill": _abi.OP_PREFILL})
+        ops = {"single": _abi.OP_SINGLE, "packed": _abi.OP_PACKED, "prefill": _abi.OP_PREFILL}
+        if hasattr(lib.lib, "kdajit_chunk_v1"):  # a library with the chunk op spells it too
+            ops["chunk"] = _abi.OP_CHUNK
+        self.assertEqual(lib.enum("op"), ops)
         self.assertEqual(lib.enum("dtype"), {"f32": _abi.DTYPE_F32, "bf16": _abi.DTYPE_BF16,
                                              "int32": _abi.DTYPE_INT32})
         self.assertEqual(lib.enum("gate"), {"bounded": _abi.GATE_BOUNDED, "softplus": _abi.GATE_SOFTPLUS})

@@ -142,6 +142,39 @@ class Keys(unittest.TestCase):
         self.assertTrue(out)
         self.assertFalse(set(out) - mine, "CLI preset keys that keys_for does not give")
 
+    def test_chunk_keys_carry_conv_sd_and_t64(self):
+        if "chunk" not in _abi.enum("op"):
+            with self.assertRaises(ValueError) as cm:
+                kdajit.keys_for(16, op="chunk", arch="sm_90")
+            self.assertTrue(str(cm.exception).startswith("op: expected one of"), str(cm.exception))
+            self.skipTest("the library has no chunk op (its tables do not spell 'chunk')")
+        chunk_key = re.compile(r"^kda_chunk\.h(\d+)\.state_(f32|bf16)\.conv_sd\.t64\.gate_(bounded|softplus)"
+                               r"\.route_[a-z0-9_]+\.sm_90$")
+        for heads, dtype, gate in ((16, "f32", "bounded"), (64, "bf16", "softplus")):
+            keys = kdajit.keys_for(heads, op="chunk", state_dtype=dtype, gate=gate, arch="sm_90")
+            self.assertTrue(keys)
+            for key in keys:
+                m = chunk_key.match(key)
+                self.assertIsNotNone(m, key)
+                self.assertEqual(m.groups(), (str(heads), dtype, gate), key)
+            self.assertIn(kdajit.key_for(heads, rows=4, op="chunk", state_dtype=dtype, gate=gate, arch="sm_90"),
+                          keys)
+
+    def test_prewarm_patterns_leave_out_what_prefill_and_chunk_do_not_take(self):
+        from kdajit import _config
+
+        asked = []
+        keys_for = _config.keys_for
+        _config.keys_for = lambda h, **kw: asked.append((kw["op"], kw["conv_layout"], kw["tokens"])) or []
+        try:
+            kdajit.prewarm(heads=8, op=["packed", "prefill", "chunk"], conv_layout=["sd", "ds"], tokens=[3, 64],
+                           arch="sm_90")
+        finally:
+            _config.keys_for = keys_for
+        self.assertEqual(sorted(asked), sorted([("packed", "sd", 3), ("packed", "ds", 3), ("packed", "sd", 64),
+                                                ("packed", "ds", 64), ("prefill", "sd", 64), ("prefill", "ds", 64),
+                                                ("chunk", "sd", 64)]))
+
     def test_default_arch_without_a_gpu_is_sm_90(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device is present: arch=None is the device's")
