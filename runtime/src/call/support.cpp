@@ -116,14 +116,21 @@ struct SyntheticCall {
 // A well-formed prefill of the configuration: N = `rows` sequences of one
 // chunk each (T_total = 64 N, max_seq_len 64), the state_indices pool's conv
 // taps K = 3, no has_initial_state.
-Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, int32_t conv) {
+// The rules of both chunked ops' configurations: N sequences of one chunk fit
+// int32 rows, and tokens is the chunk size.
+Status check_chunked_config(const kdajit_config_t& c, int64_t rows, Op op) {
   if (rows > std::numeric_limits<int32_t>::max() / kPrefillChunk)
     return invalid_argument(fmt::format("rows: expected N in 1..{} (N sequences of {} tokens must fit in int32 rows), "
                                         "got {}",
                                         std::numeric_limits<int32_t>::max() / kPrefillChunk, kPrefillChunk, rows));
   if (c.tokens != kPrefillChunk)
-    return invalid_argument(fmt::format("tokens: expected {} (the chunk size of the prefill op's keys), got {}",
-                                        kPrefillChunk, c.tokens));
+    return invalid_argument(fmt::format("tokens: expected {} (the chunk size of the {} op's keys), got {}",
+                                        kPrefillChunk, to_string(op), c.tokens));
+  return {};
+}
+
+Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, int32_t conv) {
+  KDAJIT_TRY(check_chunked_config(c, rows, Op::prefill));
   SyntheticCall out;
   out.op = Op::prefill;
   kdajit_prefill_args_t& a = out.prefill;  // zeroed: no oob_counter, has_initial_state empty
@@ -142,13 +149,7 @@ Result<SyntheticCall> synthetic_prefill(const kdajit_config_t& c, int64_t rows, 
 // chunk each, both states given in FLA's layout, bf16 g and beta. Its keys
 // carry conv sd: a DS configuration is an error, as for the key.
 Result<SyntheticCall> synthetic_chunk(const kdajit_config_t& c, int64_t rows, int32_t conv) {
-  if (rows > std::numeric_limits<int32_t>::max() / kPrefillChunk)
-    return invalid_argument(fmt::format("rows: expected N in 1..{} (N sequences of {} tokens must fit in int32 rows), "
-                                        "got {}",
-                                        std::numeric_limits<int32_t>::max() / kPrefillChunk, kPrefillChunk, rows));
-  if (c.tokens != kPrefillChunk)
-    return invalid_argument(fmt::format("tokens: expected {} (the chunk size of the chunk op's keys), got {}",
-                                        kPrefillChunk, c.tokens));
+  KDAJIT_TRY(check_chunked_config(c, rows, Op::chunk));
   if (conv != KDAJIT_CONV_SD)
     return invalid_argument("conv_layout: expected sd for the chunk op (it has no conv; its keys carry sd), got ds");
   SyntheticCall out;

@@ -235,9 +235,9 @@ struct Scalars {
   IndicesMode mode = IndicesMode::unique_or_null;
 };
 
-// The gate and its bound, norm_eps: the same fields in the decode and prefill args.
+// The gate and its bound: the same fields in every op's args.
 template <class Args>
-Result<Gate> check_gate_and_eps(const Args& a) {
+Result<Gate> check_gate(const Args& a) {
   const int32_t gate = enum_value(a.gate);
   if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
     return invalid_argument(fmt::format("gate: expected {}, got {}", choices<Gate>(), gate));
@@ -245,6 +245,13 @@ Result<Gate> check_gate_and_eps(const Args& a) {
   if (g == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
     return invalid_argument(
         fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
+  return g;
+}
+
+// The gate, its bound and norm_eps: the decode and prefill args.
+template <class Args>
+Result<Gate> check_gate_and_eps(const Args& a) {
+  KDAJIT_TRY_ASSIGN(const Gate g, check_gate(a));
   if (!(std::isfinite(a.norm_eps) && a.norm_eps >= 0.0f))
     return invalid_argument(fmt::format("norm_eps: expected a finite value >= 0, got {}", a.norm_eps));
   return g;
@@ -277,17 +284,23 @@ Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
 // tensor's pointer, dtype, rank and element alignment).
 // H from A_log, R from x and S from state, which the decode and prefill args
 // read alike; x_desc and rows name x's shape and R as the op's contract does.
-template <class Args>
-Status read_shared_sizes(const Args& a, const char* x_desc, const char* rows, Sizes& sz) {
-  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
-  sz.H = a.A_log.shape[0];
+// H from A_log, every op's first size.
+Status read_heads(const kdajit_tensor_t& A_log, Sizes& sz) {
+  KDAJIT_TRY(check_header("A_log", A_log, kF32, 1, "[H]"));
+  sz.H = A_log.shape[0];
   if (sz.H < 1)
     return invalid_argument(
-        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
+        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(A_log)));
   if (sz.H > kMaxHeads)
     return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
                                                      "this build serves), got {}",
-                                                     kMaxHeads, shape_of(a.A_log)));
+                                                     kMaxHeads, shape_of(A_log)));
+  return {};
+}
+
+template <class Args>
+Status read_shared_sizes(const Args& a, const char* x_desc, const char* rows, Sizes& sz) {
+  KDAJIT_TRY(read_heads(a.A_log, sz));
   KDAJIT_TRY(check_header("x", a.x, kBF16, 2, x_desc));
   KDAJIT_TRY(check_count("x", a.x, 0, rows, 1));
   sz.R = a.x.shape[0];
@@ -566,13 +579,7 @@ KdaParams make_prefill_params(const kdajit_prefill_args_t& a, const Sizes& sz, c
 
 // Rule group 1 of the chunk op.
 Result<Gate> check_chunk_scalars(const kdajit_chunk_args_t& a) {
-  const int32_t gate = enum_value(a.gate);
-  if (gate != KDAJIT_GATE_BOUNDED && gate != KDAJIT_GATE_SOFTPLUS)
-    return invalid_argument(fmt::format("gate: expected {}, got {}", choices<Gate>(), gate));
-  const Gate g = gate == KDAJIT_GATE_BOUNDED ? Gate::bounded : Gate::softplus;
-  if (g == Gate::bounded && !(std::isfinite(a.lower_bound) && a.lower_bound < 0.0f))
-    return invalid_argument(
-        fmt::format("lower_bound: expected a finite value < 0 for the bounded gate, got {}", a.lower_bound));
+  KDAJIT_TRY_ASSIGN(const Gate g, check_gate(a));
   if (!(std::isfinite(a.scale) && a.scale > 0.0f))
     return invalid_argument(fmt::format("scale: expected a finite value > 0, got {}", a.scale));
   const std::pair<const char*, int32_t> flags[] = {
@@ -590,15 +597,7 @@ Result<Sizes> read_chunk_sizes(const kdajit_chunk_args_t& a) {
   Sizes sz;
   sz.op = Op::chunk;
   sz.T = kPrefillChunk;
-  KDAJIT_TRY(check_header("A_log", a.A_log, kF32, 1, "[H]"));
-  sz.H = a.A_log.shape[0];
-  if (sz.H < 1)
-    return invalid_argument(
-        fmt::format("A_log: expected shape [H] with H (heads) in 1..{}, got {}", kMaxHeads, shape_of(a.A_log)));
-  if (sz.H > kMaxHeads)
-    return Error(ErrorCode::unsupported, fmt::format("A_log: expected shape [H] with H (heads) in 1..{} (the heads "
-                                                     "this build serves), got {}",
-                                                     kMaxHeads, shape_of(a.A_log)));
+  KDAJIT_TRY(read_heads(a.A_log, sz));
   KDAJIT_TRY(check_header("q", a.q, kBF16, 3, "[T_total, H, 128]"));
   KDAJIT_TRY(check_count("q", a.q, 0, "rows T_total", 1));
   sz.R = a.q.shape[0];
