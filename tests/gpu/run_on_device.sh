@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU test suite on a CUDA machine: build, the GPU tests (test_gpu_decode,
-# then test_gpu_prefill, in each shard) in parallel shards (Catch2 3
+# test_gpu_prefill, then test_gpu_chunk, in each shard) in parallel shards (Catch2 3
 # --shard-count), compute-sanitizer memcheck, racecheck and synccheck on the
 # [sanitize] cases (every route of every op), then the README main job (prewarm +
 # selfcheck). Logs under ${OUT:-/tmp/kdajit-out}; a summary is printed last.
@@ -41,7 +41,7 @@ SUMMARY_DIR=$(mktemp -d)
 run_sanitize() {
   local src log
   for tool in memcheck racecheck synccheck; do
-    for bin in test_gpu_decode test_gpu_prefill; do
+    for bin in test_gpu_decode test_gpu_prefill test_gpu_chunk; do
       log="$OUT/sanitizer_${tool}_$bin.log"
       compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$bin" "[sanitize]" >"$log" 2>&1
       src=$?
@@ -76,7 +76,7 @@ t1=$(date +%s)
 pids=()
 for i in $SHARD_INDICES; do
   { src=0
-    for bin in test_gpu_decode test_gpu_prefill; do
+    for bin in test_gpu_decode test_gpu_prefill test_gpu_chunk; do
       "$B/tests/gpu/$bin" --shard-count "$SHARDS" --shard-index "$i" || src=1
     done
     exit $src; } >"$OUT/gpu_shard_$i.log" 2>&1 &

@@ -194,3 +194,19 @@ TEST_CASE("chunk: a sequence in two calls equals one call, every route", "[gpu][
     check(expected, got, "two calls, route " + std::string(route));
   }
 }
+
+TEST_CASE("chunk: small ragged batches under the sanitizers, every route, both state layouts", "[gpu][chunk][sanitize]") {
+  ChunkSpec a;
+  a.heads = 4;
+  a.lengths = {65, 0, 130, 1};
+  a.rows_after = 3;
+  a.seed = 9600;
+  check_routes(a, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+  ChunkSpec b = a;
+  b.state = KDAJIT_DTYPE_BF16;
+  b.in_place = true;
+  b.state_v_first = true;
+  b.g_dtype = b.beta_dtype = KDAJIT_DTYPE_F32;
+  b.seed = 9601;
+  check_routes(b, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+}
