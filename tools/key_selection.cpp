@@ -121,7 +121,7 @@ std::vector<std::pair<std::string, std::string>> pattern_flag_help() {
     if (const EnumField* e = enum_field(f)) out.emplace_back(f, fmt::format("{}", fmt::join(e->values, ",")));
     else if (f == "heads") out.emplace_back(f, fmt::format("head counts 1..{}, e.g. 16,64", kMaxHeads));
     else if (f == "t")
-      out.emplace_back(f, fmt::format("packed tokens 1..{}, e.g. 2,3,4 (single keys take 1, prefill keys {})",
+      out.emplace_back(f, fmt::format("packed tokens 1..{}, e.g. 2,3,4 (single keys take 1, prefill and chunk keys {})",
                                       kMaxTokens, kPrefillChunk));
     else out.emplace_back(f, "values");
   }

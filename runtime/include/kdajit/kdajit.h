@@ -355,6 +355,8 @@ typedef struct kdajit_config {
 #define kdajit_chunk_args_init(args) kdajit_chunk_args_init_v1((args), sizeof(*(args)))
 #define kdajit_chunk kdajit_chunk_v1
 #define kdajit_validate_chunk_args kdajit_validate_chunk_args_v1
+#define kdajit_selected_prefill_key kdajit_selected_prefill_key_v1
+#define kdajit_selected_chunk_key kdajit_selected_chunk_key_v1
 
 typedef struct kdajit_runtime kdajit_runtime_t;
 typedef struct CUstream_st* kdajit_stream_t; /* a CUstream / cudaStream_t */
@@ -481,12 +483,19 @@ KDAJIT_API kdajit_status_t kdajit_runtime_stats(kdajit_runtime_t* runtime, uint6
 
 /* The kernel key name a call with these args would launch on stream:
  * validation and route selection (which reads the stream's device once);
- * nothing is compiled or launched. op is SINGLE or PACKED (PREFILL:
- * INVALID_ARGUMENT; its args are a kdajit_prefill_args_t, and the C++
- * Runtime::selected_prefill_key answers for them). */
+ * nothing is compiled or launched. op is SINGLE or PACKED (PREFILL and CHUNK:
+ * INVALID_ARGUMENT; their args are other structs: kdajit_selected_prefill_key,
+ * kdajit_selected_chunk_key). */
 KDAJIT_API kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op,
                                                const kdajit_decode_args_t* args, kdajit_stream_t stream,
                                                char* key_name, size_t key_name_size);
+
+/* The same for a prefill call (its args a kdajit_prefill_args_t; the route
+ * also depends on max_seq_len) and for a chunk call. */
+KDAJIT_API kdajit_status_t kdajit_selected_prefill_key(kdajit_runtime_t* runtime, const kdajit_prefill_args_t* args,
+                                                       kdajit_stream_t stream, char* key_name, size_t key_name_size);
+KDAJIT_API kdajit_status_t kdajit_selected_chunk_key(kdajit_runtime_t* runtime, const kdajit_chunk_args_t* args,
+                                                     kdajit_stream_t stream, char* key_name, size_t key_name_size);
 
 /* A candidate path to the NVRTC library, tried after KDAJIT_NVRTC and before the
  * system's (the Python package passes its environment's nvidia NVRTC). Only

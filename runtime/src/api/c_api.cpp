@@ -142,6 +142,21 @@ Args default_args() {
   return a;
 }
 
+// The chunked ops' key queries: `query` is Runtime's selected_prefill_key or selected_chunk_key.
+template <class Args, class Query>
+kdajit_status_t selected_chunked_key(kdajit_runtime_t* runtime, const Args* args, const char* type, Query query,
+                                     char* key_name, size_t key_name_size) {
+  return guarded([&]() -> kdajit::Outcome {
+    if (!runtime)
+      return {KDAJIT_ERROR_INVALID_ARGUMENT, "runtime: expected a runtime from kdajit_runtime_create, got NULL", {}};
+    if (!args) return {KDAJIT_ERROR_INVALID_ARGUMENT, std::string("args: expected a ") + type + ", got NULL", {}};
+    std::string name;
+    kdajit::Outcome o = query(*runtime->rt, *args, &name);
+    if (!o.ok()) return o;
+    return copy_out(name, key_name, key_name_size, "key_name");
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -385,6 +400,22 @@ kdajit_status_t kdajit_runtime_stats(kdajit_runtime_t* runtime, uint64_t* values
     for (size_t i = 0; i < count; ++i) values[i] = all[i];
     return {};
   });
+}
+
+kdajit_status_t kdajit_selected_prefill_key(kdajit_runtime_t* runtime, const kdajit_prefill_args_t* args,
+                                            kdajit_stream_t stream, char* key_name, size_t key_name_size) {
+  return selected_chunked_key(
+      runtime, args, "kdajit_prefill_args_t",
+      [&](kdajit::Runtime& rt, const kdajit_prefill_args_t& a, std::string* n) { return rt.selected_prefill_key(a, stream, n); },
+      key_name, key_name_size);
+}
+
+kdajit_status_t kdajit_selected_chunk_key(kdajit_runtime_t* runtime, const kdajit_chunk_args_t* args,
+                                          kdajit_stream_t stream, char* key_name, size_t key_name_size) {
+  return selected_chunked_key(
+      runtime, args, "kdajit_chunk_args_t",
+      [&](kdajit::Runtime& rt, const kdajit_chunk_args_t& a, std::string* n) { return rt.selected_chunk_key(a, stream, n); },
+      key_name, key_name_size);
 }
 
 kdajit_status_t kdajit_selected_key(kdajit_runtime_t* runtime, kdajit_op_t op, const kdajit_decode_args_t* args,

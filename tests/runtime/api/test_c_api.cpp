@@ -488,6 +488,25 @@ TEST_CASE("c api: the chunk entry points: init, validation, sized args, NULLs, t
   CHECK(kdajit_validate_args(KDAJIT_OP_CHUNK, &d) == KDAJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("kdajit_chunk_args_t") != std::string::npos);
 
+  // The key queries: NULLs, then validation before any device is touched.
+  char key[256];
+  CHECK(kdajit_selected_chunk_key(nullptr, &a, nullptr, key, sizeof key) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("runtime: expected a runtime") != std::string::npos);
+  const std::string qroot = (std::filesystem::temp_directory_path() / ("kdajit-capi-ck-" + std::to_string(getpid()))).string();
+  kdajit_runtime_t* rt = quiet_runtime(qroot);
+  CHECK(kdajit_selected_chunk_key(rt, nullptr, nullptr, key, sizeof key) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_chunk_args_t, got NULL");
+  CHECK(kdajit_selected_chunk_key(rt, &a, nullptr, key, sizeof key) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("A_log: expected a non-null data pointer", 0) == 0);
+  CHECK(kdajit_selected_prefill_key(rt, nullptr, nullptr, key, sizeof key) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error() == "args: expected a kdajit_prefill_args_t, got NULL");
+  kdajit_prefill_args_t pa = build_prefill_args(PrefillConfig{}, 0x10000000);
+  pa.max_seq_len = -1;
+  CHECK(kdajit_selected_prefill_key(rt, &pa, nullptr, key, sizeof key) == KDAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().rfind("max_seq_len: expected 0 (T_total)", 0) == 0);
+  kdajit_runtime_destroy(rt);
+  std::filesystem::remove_all(qroot);
+
   kdajit_config_t c;
   kdajit_config_init(&c);
   c.op = KDAJIT_OP_CHUNK;
