@@ -1,4 +1,4 @@
-"""kdajit's fused prefill against FLA's chunk_kda, bare and inside an engine, and against two floors.
+"""kdajit's fused prefill and chunk_kda against FLA's chunk_kda, bare and inside an engine, and two floors.
 
 One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
 
@@ -8,7 +8,9 @@ One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
   route that cannot serve the cell is reported as such). A route is forced by
   a `kdajit.Runtime(route=...)` installed as the process runtime around that
   route's calls (the package reads the process runtime on every call). A cell
-  whose call fails reports the error and the run goes on.
+  whose call fails reports the error and the run goes on. The route column is
+  the selector's key's where kdajit.selected_key names one; it names none for
+  the prefill and chunk ops (the C ABI has no key query for them): '-'.
 - FLA bare: `chunk_kda` exactly as bench/peers/bench_fla_chunk_kda.py calls it
   (varlen, gate / beta sigmoid / q,k L2 norm in the kernels, fp32 initial
   state, final state returned), on the engine's own post-conv q, k, v. FLA
