@@ -807,21 +807,7 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
             log(f"kdajit: pre-warm: {error_text(e)}")
     c["fla_engine"] = measure(torch, lambda: engine(p.conv_state, p.state, out), a)
     c["engine_stages"] = time_stages(torch, engine, out, min(a.iters, 10))
-    # FLA bare and kdajit chunk on the same post-conv q, k, v and initial states.
-    q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
-    if (shape, h) in bare_of:
-        c["fla_bare"] = dict(bare_of[(shape, h)], reused_from=bare_of[(shape, h)]["state"])
-    else:
-        c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=state)
-        bare_of[(shape, h)] = c["fla_bare"]
-    log(f"{shape} H{h} {state}: kdajit chunk")
-    c["chunk_check"] = check_chunk_cell(torch, kd, engine, p, q, k, v, h0)
-    failed |= c["chunk_check"]["status"] in ("error", "MISMATCH")
-    log(f"  check chunk: {c['chunk_check']}")
-    args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
-    c["kdajit_chunk"] = dict(measure_kdajit(torch, kd, "chunk", args, kwargs, a), state=state)
-    failed |= "error" in c["kdajit_chunk"]
-    del q, k, v, h0, args, kwargs
+    failed |= bare_and_chunk(torch, a, kd, engine, c, bare_of)
     if shape == a.shapes[0]:  # the first cell of each H, for each state dtype
         c["check"] = check_cell(torch, kd, engine, p)
         failed |= c["check"]["status"] in ("error", "MISMATCH")
@@ -834,25 +820,47 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
     return failed
 
 
+def bare_and_chunk(torch, a, kd, engine, c, bare_of):
+    """FLA bare (or its twin's figure), the chunk check and kdajit chunk of cell c,
+    on the same post-conv q, k, v and initial states (freed on return); True when
+    the kdajit chunk call failed or its check did not pass."""
+    p, key = engine.p, (c["shape"], c["heads"])
+    q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
+    if key in bare_of:
+        c["fla_bare"] = dict(bare_of[key], reused_from=bare_of[key]["state"])
+    else:
+        c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=c["state"])
+        bare_of[key] = c["fla_bare"]
+    log(f"{cell_name(c)}: kdajit chunk")
+    c["chunk_check"] = check_chunk_cell(torch, kd, engine, p, q, k, v, h0)
+    log(f"  check chunk: {c['chunk_check']}")
+    args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
+    c["kdajit_chunk"] = dict(measure_kdajit(torch, kd, "chunk", args, kwargs, a), state=c["state"])
+    return c["chunk_check"]["status"] in ("error", "MISMATCH") or "error" in c["kdajit_chunk"]
+
+
+def forced_chunk(torch, a, kd, chunk_kda, p):
+    """kdajit chunk with each route forced, on p's post-conv q, k, v (freed on return)."""
+    q, k, v, h0, _ = Engine(torch, chunk_kda, p).gather_and_conv(p.conv_state, p.state)
+    args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
+    return {r: measure_kdajit(torch, kd, "chunk", args, kwargs, a, r) for r in kd.forcer.routes}
+
+
 def run_forced(torch, a, kd, chunk_kda, c):
     """Times each route forced for cell c (already measured by run_cell), for the
     fused op and the chunk op whose selector call succeeded, on a fresh draw of
     the cell's problem; True when an eligible route failed."""
     t_cell = time.time()
     p = problem_of(torch, c["shape"], c["heads"], c["state"])
-    routes = kd.forcer.routes
     failed = False
     if "error" not in c.get("kdajit_chunk", {"error": ""}):
         log(f"{cell_name(c)}: kdajit chunk, forced routes")
-        q, k, v, h0, _ = Engine(torch, chunk_kda, p).gather_and_conv(p.conv_state, p.state)
-        args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
-        c["chunk_forced"] = {r: measure_kdajit(torch, kd, "chunk", args, kwargs, a, r) for r in routes}
+        c["chunk_forced"] = forced_chunk(torch, a, kd, chunk_kda, p)
         failed |= any(f.get("eligible") and "error" in f for f in c["chunk_forced"].values())
-        del q, k, v, h0, args, kwargs
     if "error" not in c.get("kdajit", {"error": ""}):
         log(f"{cell_name(c)}: kdajit, forced routes")
         args, kwargs = kdajit_arguments(p)
-        c["forced"] = {r: measure_kdajit(torch, kd, "prefill", args, kwargs, a, r) for r in routes}
+        c["forced"] = {r: measure_kdajit(torch, kd, "prefill", args, kwargs, a, r) for r in kd.forcer.routes}
         failed |= any(f.get("eligible") and "error" in f for f in c["forced"].values())
     c["forced_seconds"] = time.time() - t_cell
     return failed

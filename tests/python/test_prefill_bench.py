@@ -5,7 +5,8 @@ around FLA (gather, conv with history, split, chunk_kda call, gated RMSNorm,
 scatter) with a stand-in for chunk_kda against the project's f64 reference
 (the C++ one, through libkdajit_reference_shim.so), the chunk check and the
 measurement of kdajit.chunk_kda with the f64 chunk reference in the kernel's
-place, the route forcing and pre-warm keys, and the table code."""
+place, both passes of a run over small cells on host tensors, the route
+forcing and pre-warm keys, and the table code."""
 import contextlib
 import inspect
 import io
@@ -375,6 +376,7 @@ class Kd:
     def __init__(self, error=None):
         self.module, self.error = kdajit, error
         self.forcer = tool.RouteForcer(kdajit)
+        self.prewarm_pending = False
 
 
 class ChunkCheckAndMeasurement(unittest.TestCase):
@@ -459,6 +461,81 @@ class ChunkCheckAndMeasurement(unittest.TestCase):
                              "eligible": False})
         self.assertEqual(tool.measure_kdajit(torch, Kd("no library"), "chunk", args, kwargs, parse()),
                          {"error": "no library"})
+
+
+class ReferencePackage:
+    """The kdajit package with the C++ f64 prefill reference in fused_kda_prefill's
+    place (host tensors; the chunk op goes through reference_in_the_kernels_place)."""
+
+    def __getattr__(self, name):
+        return getattr(kdajit, name)
+
+    @staticmethod
+    def fused_kda_prefill(*args, **kwargs):
+        bound = inspect.signature(fused_kda_prefill).bind(*args, **kwargs).arguments
+        kt.prefill_reference_call(**bound)
+        return bound["out"]
+
+
+class CellsEndToEnd(unittest.TestCase):
+    """run_cell and run_forced on host tensors: the GPU's parts (CUDA timing, the stage
+    events, synchronization) stubbed, FLA's chunk_kda the float64 stand-in, kdajit's
+    kernels the f64 references. What is checked is what the two passes put in a cell."""
+
+    def setUp(self):
+        if NO_LIBRARY:
+            self.skipTest(NO_LIBRARY)
+
+    def test_two_passes_fill_every_field(self):
+        a = parse("--routes", "--heads", "1", "--shapes", "1x5,2x40")
+        kd = Kd()
+        kd.module = ReferencePackage()
+        timed = []
+
+        def time_call(torch_, call, iters, warmup):
+            timed.append(iters)
+            call()
+            return float(iters), 1.0, 2.0, 0.0
+
+        saved = (tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize)
+        problem = tool.Problem
+        tool.problem_of = lambda torch_, shape, h, state: problem(
+            torch_, tool.peer.lengths_of(shape), h, state, "cpu", seed=sum(tool.peer.lengths_of(shape)) + h)
+        tool.peer.time_call = time_call
+        tool.time_stages = lambda torch_, engine, out, iters: {s: 1.0 for s in tool.STAGES}
+        torch.cuda.synchronize = lambda *args: None
+        doc, bare_of, failed = {"cells": []}, {}, False
+        try:
+            with reference_in_the_kernels_place():
+                for shape, h, state in tool.cells_of(a):
+                    failed |= tool.run_cell(torch, a, kd, naive_chunk_kda, shape, h, state, 4e12, 8e14, bare_of, doc)
+                first = len(timed)
+                for c in doc["cells"]:
+                    failed |= tool.run_forced(torch, a, kd, naive_chunk_kda, c)
+        finally:
+            tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize = saved
+        self.assertFalse(failed)
+        # First pass: engine, FLA bare (f32 cells), kdajit chunk and kdajit at --iters; second: --route-iters.
+        self.assertEqual(timed[:first], [20, 20, 20, 20, 20, 20, 20] * 2)
+        self.assertEqual(timed[first:], [10] * (2 * 4 * 4))
+        self.assertEqual([tool.cell_name(c) for c in doc["cells"]], ["1x5 H1 f32", "1x5 H1 bf16", "2x40 H1 f32",
+                                                                     "2x40 H1 bf16"])
+        for c in doc["cells"]:
+            self.assertEqual(c["kdajit_chunk"]["state"], c["state"])
+            self.assertEqual((c["kdajit_chunk"]["us"], c["kdajit"]["us"]), (20.0, 20.0))
+            self.assertEqual(c["chunk_check"]["status"], "ok", c["chunk_check"])
+            self.assertEqual(sorted(c["chunk_forced"]), sorted(tool.ROUTES))
+            self.assertEqual(sorted(c["forced"]), sorted(tool.ROUTES))
+            self.assertTrue(all(f["us"] == 10.0 and f["route"] == r for r, f in c["chunk_forced"].items()))
+            self.assertEqual("check" in c, c["shape"] == "1x5")
+            self.assertEqual(c["fla_bare"].get("reused_from"), "f32" if c["state"] == "bf16" else None)
+        self.assertEqual(doc["cells"][0]["check"]["status"], "ok", doc["cells"][0]["check"])
+        json.dumps(doc)
+        lines = tool.tables(doc["cells"], routes=True)
+        self.assertTrue(any(x.startswith("| 2x40 H1 bf16 | 20 | - | 20+ | 20* | 20 | 1.00 | 1.00 | 1.00 |")
+                            for x in lines))
+        self.assertIn("+ kdajit.chunk_kda with the cell's bf16 states", "\n".join(lines))
+        self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 |", lines)
 
 
 class RouteForcing(unittest.TestCase):
