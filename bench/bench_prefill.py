@@ -1,4 +1,4 @@
-"""kdajit's fused prefill against FLA's chunk_kda, bare and inside an engine, and against two floors.
+"""kdajit's fused prefill and chunk_kda against FLA's chunk_kda, bare and inside an engine, and two floors.
 
 One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
 
@@ -8,12 +8,22 @@ One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
   route that cannot serve the cell is reported as such). A route is forced by
   a `kdajit.Runtime(route=...)` installed as the process runtime around that
   route's calls (the package reads the process runtime on every call). A cell
-  whose call fails reports the error and the run goes on.
+  whose call fails reports the error and the run goes on. The route column is
+  the selector's key's where kdajit.selected_key names one; it names none for
+  the prefill and chunk ops (the C ABI has no key query for them): '-'.
 - FLA bare: `chunk_kda` exactly as bench/peers/bench_fla_chunk_kda.py calls it
   (varlen, gate / beta sigmoid / q,k L2 norm in the kernels, fp32 initial
   state, final state returned), on the engine's own post-conv q, k, v. FLA
   keeps fp32 states only: the call is the same for both state dtypes, so a bf16
   cell shows the figure of the f32 cell of its shape and H (marked *).
+- kdajit chunk: `kdajit.chunk_kda` (FLA's chunk_kda on kdajit's kernels) with
+  FLA bare's arguments, tensor for tensor (q, k, v, raw gate, raw beta, A_log,
+  dt_bias, lower_bound, the int32 cu_seqlens and its host copy,
+  output_final_state), the initial state in the cell's state dtype (a bf16
+  cell's fp32 h0 holds bf16 values: the conversion is exact; FLA gets fp32 in
+  both) and max_seq_len the longest prompt (the selector's hint); with
+  --routes also each route forced. The apples-to-apples pair of the issue's
+  targets: FLA bare / kdajit chunk.
 - FLA engine: what an engine runs around chunk_kda for the same op as kdajit's,
   timed as one sequence (class Engine): gather the initial states of the
   batch's slots (index_select, transposed to FLA's [K, V], fp32), the causal
@@ -25,9 +35,13 @@ One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
   on the batch's lengths are built once per cell, as an engine's metadata
   step does per batch outside the layer.
 
-Timing (all three alike, as the peer script): warm-up calls (FLA's first
-autotunes), then --iters eager calls, each after a 256 MiB memset that flushes
-the L2, timed with CUDA events around the call; the median.
+Timing (all alike, as the peer script): warm-up calls (FLA's first
+autotunes), then --iters eager calls (--route-iters for the forced routes),
+each after a 256 MiB memset that flushes the L2, timed with CUDA events around
+the call; the median. Every cell is measured first; with --routes, the forced
+routes of every cell follow in a second pass (on a fresh draw of the cell's
+problem), so that a run stopped by a time limit loses forced-route rows before
+it loses a cell of the main table.
 
 Floors, from numbers measured in the same run:
 - memory: the op's minimum bytes over the copy bandwidth (a 2 GiB
@@ -43,17 +57,22 @@ Floors, from numbers measured in the same run:
     = 11 * 2^20 FLOP (11,534,336), over sum(ceil(L / 64)) chunks x H.
 The table reports kdajit / max(memory floor, tensor-core floor) and which binds.
 
-Check (the first shape of each H, both state dtypes): kdajit's output, final
+Checks. The first shape of each H, both state dtypes: kdajit's output, final
 states and conv history against the FLA engine's, from the same pristine
 inputs: output relative L2 < 2e-2 (printed with the state's relative L2 and
-whether the conv history is bit-identical).
+whether the conv history is bit-identical). Every cell: kdajit.chunk_kda's o
+and final state against FLA chunk_kda's on the same inputs (relative L2; both
+printed): o < 2e-2, final state < 1e-2 (f32) or 2e-2 (bf16, rounded to bf16 on
+the way in and out). Both sides round in their own ways, so the bounds only
+catch a wrong mapping or a broken kernel; the tolerances proper are tested in
+tests/python/test_gpu_chunk.py.
 
     python3 bench/bench_prefill.py --fla .peers --lib build-device/runtime/libkdajit.so --routes \\
         --json /tmp/prefill.json
 
 Exit status: 0 every cell measured and every check passed; 1 a kdajit call
-failed, a check did not pass (the tables say which) or no FLA package; 2 bad
-arguments; 77 no CUDA GPU.
+(fused or chunk) failed, a check did not pass (the tables say which) or no FLA
+package; 2 bad arguments; 77 no CUDA GPU.
 """
 import argparse
 import contextlib
@@ -88,6 +107,10 @@ ROUTES = ("rowcta", "split2", "split4", "split8")
 LOWER_BOUND = -5.0
 NORM_EPS = 1e-6
 CHECK_LIMIT = 2e-2  # output relative L2, kdajit vs the FLA engine
+# kdajit.chunk_kda vs FLA chunk_kda, relative L2: o, and the final state per state dtype.
+CHUNK_CHECK_LIMITS = {"o": 2e-2, "f32": 1e-2, "bf16": 2e-2}
+# The ops timed, by the name the library's route table gives them: the package function of each.
+OPS = {"prefill": "fused_kda_prefill", "chunk": "chunk_kda"}
 STAGES = ("gather", "conv", "chunk_kda", "norm", "scatter")
 
 
@@ -107,8 +130,11 @@ def parse_args(argv):
                    help="NxL (N prompts of L tokens) or mixN (N prompts of 100-2000 tokens, seed 0)")
     p.add_argument("--states", default="f32,bf16", help="state dtypes, comma-separated: f32, bf16 (default both)")
     p.add_argument("--routes", action="store_true",
-                   help="also time kdajit with each route forced: " + ", ".join(ROUTES))
+                   help="also time kdajit (fused_kda_prefill and chunk_kda) with each route forced: "
+                   + ", ".join(ROUTES))
     p.add_argument("--iters", type=int, default=20, help="timed calls per measurement (default 20)")
+    p.add_argument("--route-iters", type=int, default=10,
+                   help="timed calls per forced-route measurement, with --routes (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first; FLA's first autotunes (default 3)")
     p.add_argument("--matmul-n", type=int, default=8192, help="n of the n^3 bf16 matmul of the rate (default 8192)")
     p.add_argument("--json", help="write every number to this file (outside the repository)")
@@ -138,6 +164,8 @@ def parse_args(argv):
         p.error(f"--states: expected f32, bf16 or both, comma-separated, got {','.join(a.states)!r}")
     if a.iters < 3:
         p.error(f"--iters: expected at least 3, got {a.iters}")
+    if a.route_iters < 3:
+        p.error(f"--route-iters: expected at least 3, got {a.route_iters}")
     if a.warmup < 1:
         p.error(f"--warmup: expected at least 1 (the first call compiles or autotunes), got {a.warmup}")
     if a.matmul_n < 256:
@@ -265,6 +293,28 @@ def kdajit_arguments(p, conv_state=None, state=None, out=None):
     kwargs = {"has_initial_state": None, "gate": "bounded", "lower_bound": LOWER_BOUND, "norm_eps": NORM_EPS,
               "max_seq_len": max(p.lengths), "out": p.new_output() if out is None else out}
     return args, kwargs
+
+
+def kdajit_chunk_arguments(p, q, k, v, h0):
+    """kdajit.chunk_kda's positional arguments and keywords over Problem p and the
+    engine's post-conv q, k, v [1, T, H, 128] and fp32 initial states h0 [N, H,
+    K, V]: FLA bare's call (peer.varlen_call) argument for argument, with the
+    initial state in the pool's dtype (exact for a bf16 pool: h0 was converted
+    from it) and max_seq_len the longest prompt (the route selector's hint)."""
+    state = h0 if h0.dtype == p.state.dtype else h0.to(p.state.dtype)
+    args = (q, k, v, p.raw_gate.unsqueeze(0), p.raw_beta.unsqueeze(0))
+    kwargs = {"scale": D ** -0.5, "initial_state": state, "output_final_state": True,
+              "use_qk_l2norm_in_kernel": True, "use_gate_in_kernel": True, "A_log": p.A_log, "dt_bias": p.dt_bias,
+              "lower_bound": LOWER_BOUND, "safe_gate": True, "use_beta_sigmoid_in_kernel": True,
+              "cu_seqlens": p.query_start_loc, "cu_seqlens_cpu": p.query_start_loc_cpu,
+              "max_seq_len": max(p.lengths)}
+    return args, kwargs
+
+
+def problem_of(torch, shape, heads, state):
+    """The cell's Problem on the GPU, drawn from the cell's seed (the same tensors on every draw)."""
+    lengths = peer.lengths_of(shape)
+    return Problem(torch, lengths, heads, state, "cuda", seed=sum(lengths) + heads)
 
 
 # --- The engine around FLA ---------------------------------------------------------------------------------
@@ -405,41 +455,46 @@ class RouteUnavailable(Exception):
 
 class RouteForcer:
     """Installs a kdajit.Runtime(route=...) as the package's process runtime
-    inside `with forced(route)` (route None: the selector's runtime)."""
+    inside `with forced(route, op)` (route None: the selector's runtime)."""
 
     def __init__(self, kdajit):
         self.kdajit = kdajit
         self.runtimes = {}
-        self.unavailable = {}
         try:
             from kdajit import _abi
             table = _abi.routes()  # {route: [ops]}
         except Exception:  # noqa: BLE001 - a package without the table: every route is tried
             table = {}
-        prefill = [r for r, ops in table.items() if "prefill" in ops]
-        # The routes to force: the four of the prefill design, then any other route the table gives the op.
-        self.routes = list(ROUTES) + [r for r in prefill if r not in ROUTES]
-        for r in self.routes:
-            if table and r not in table:
-                self.unavailable[r] = f"route {r} is not in this library's route table ({', '.join(table)})"
-            elif prefill and r not in prefill:
-                self.unavailable[r] = f"route {r} does not serve the prefill op (route table: {', '.join(table[r])})"
+        served = {op: [r for r, ops in table.items() if op in ops] for op in OPS}
+        # The routes to force: the four of the prefill design, then any other route the table gives either op.
+        self.routes = list(ROUTES) + [r for r in table if r not in ROUTES and any(r in v for v in served.values())]
+        # Why a route cannot be forced, per op: not in the table, or not serving the op (judged only where
+        # the table knows the op; elsewhere the call says what is wrong).
+        self.unavailable = {op: {} for op in OPS}
+        for op in OPS:
+            for r in self.routes:
+                if table and r not in table:
+                    self.unavailable[op][r] = f"route {r} is not in this library's route table ({', '.join(table)})"
+                elif served[op] and r not in served[op]:
+                    self.unavailable[op][r] = (f"route {r} does not serve the {op} op (route table: "
+                                               f"{', '.join(table[r])})")
 
     @contextlib.contextmanager
-    def forced(self, route):
+    def forced(self, route, op="prefill"):
         if route is None:
             yield
             return
         from kdajit import _runtime as process
-        if route in self.unavailable:
-            raise RouteUnavailable(self.unavailable[route])
+        if route in self.unavailable[op]:
+            raise RouteUnavailable(self.unavailable[op][route])
         base = self.kdajit.runtime()
         if route not in self.runtimes:
             try:
                 self.runtimes[route] = self.kdajit.Runtime(route=route, cache_dir=base.options["cache_dir"])
             except ValueError as e:
-                self.unavailable[route] = error_text(e)
-                raise RouteUnavailable(self.unavailable[route]) from e
+                for why in self.unavailable.values():
+                    why[route] = error_text(e)
+                raise RouteUnavailable(error_text(e)) from e
         saved = process._runtime
         process._runtime = self.runtimes[route]
         try:
@@ -459,37 +514,48 @@ def error_text(e):
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-def kdajit_key(kdajit, p):
-    """The kernel key the selector picks for this cell, or None when the package cannot say."""
+def synchronize(torch, t):
+    """Waits for the GPU when t is a CUDA tensor (the CPU tests run the calls on host tensors)."""
+    if t.is_cuda:
+        torch.cuda.synchronize()
+
+
+def selected_key(kdajit, fn, args, kwargs):
+    """The kernel key the selector picks for this call, or None when the package cannot say
+    (kdajit.selected_key serves the decode ops only: the C ABI has no key query for prefill and chunk)."""
     try:
-        args, kwargs = kdajit_arguments(p)
-        return kdajit.selected_key(kdajit.fused_kda_prefill, *args, **kwargs)
+        return kdajit.selected_key(fn, *args, **kwargs)
     except Exception:  # noqa: BLE001 - the key is information only
         return None
 
 
-def prewarm_kdajit(kd, torch, heads, states):
-    """Starts compiling, in the background (CPU only), the kernels the grid
-    will call: per H and state dtype, the key each forced route gives on a small
-    problem (a forced route's key does not depend on the lengths; the selector
-    picks one of these routes). Returns the number of keys, or an error text."""
-    kdajit, forcer = kd.module, kd.forcer
-    keys = set()
+def prewarm_keys(kdajit, heads, states):
+    """Every kernel key the grid can call: per op (prefill, chunk), H and state
+    dtype, the key of each route that serves it (kdajit.keys_for: the selector
+    picks one of these, --routes forces each). Returns (keys, error texts of the
+    ops whose keys the package could not give)."""
+    keys, errors = [], []
+    for op in OPS:
+        try:
+            for h in heads:
+                for state in states:
+                    keys += [k for k in kdajit.keys_for(h, op=op, state_dtype=state) if k not in keys]
+        except Exception as e:  # noqa: BLE001 - that op's first calls compile instead
+            errors.append(f"{op}: {error_text(e)}")
+    return keys, errors
+
+
+def prewarm_kdajit(kd, heads, states):
+    """Starts compiling, in the background (CPU only), the kernels the grid will
+    call (prewarm_keys). Returns the number of keys, or an error text."""
+    kdajit = kd.module
     try:
-        for h in heads:
-            for state in states:
-                p = Problem(torch, [CHUNK, CHUNK], h, state, "cuda", 0)
-                for route in [None] + forcer.routes:
-                    try:
-                        with forcer.forced(route):
-                            key = kdajit_key(kdajit, p)
-                    except RouteUnavailable:
-                        key = None
-                    if key:
-                        keys.add(key)
+        keys, errors = prewarm_keys(kdajit, heads, states)
+        for e in errors:
+            log(f"kdajit: no pre-warm keys for {e}")
         if not keys:
-            return "no kernel keys (kdajit.selected_key does not serve fused_kda_prefill)"
-        kdajit.runtime().prewarm_async(sorted(keys), threads=max(1, (os.cpu_count() or 2) // 2))
+            return "no kernel keys (kdajit.keys_for serves neither the prefill nor the chunk op)"
+        kdajit.runtime().prewarm_async(keys, threads=max(1, (os.cpu_count() or 2) // 2))
         return len(keys)
     except Exception as e:  # noqa: BLE001 - the first calls compile instead
         return error_text(e)
@@ -504,26 +570,37 @@ def rel_l2(got, ref):
     return (got.double() - ref).norm().item() / den if den else float("inf")
 
 
-def measure(torch, call, a):
-    med, lo, hi, warm_s = peer.time_call(torch, call, a.iters, a.warmup)
+def measure(torch, call, a, iters=None):
+    med, lo, hi, warm_s = peer.time_call(torch, call, a.iters if iters is None else iters, a.warmup)
     return {"us": med, "us_min": lo, "us_max": hi, "warmup_s": warm_s}
 
 
-def measure_kdajit(torch, kd, p, a, route):
-    """kdajit on p with route forced (None: the selector): timing, or the error."""
+def kdajit_function(kd, op):
+    """The package function of op ('prefill' or 'chunk'), or None when the package lacks it."""
+    return getattr(kd.module, OPS[op], None)
+
+
+def missing_function(kd, op):
+    return f"kdajit.{OPS[op]}: not in the package at {os.path.dirname(kd.module.__file__)}"
+
+
+def measure_kdajit(torch, kd, op, args, kwargs, a, route=None):
+    """kdajit's op ('prefill': fused_kda_prefill, 'chunk': chunk_kda) on these
+    arguments, with route forced (None: the selector's, --iters calls; a route:
+    --route-iters calls): timing, or the error."""
     if kd.error:
         return {"error": kd.error}
-    kdajit, forcer = kd.module, kd.forcer
-    args, kwargs = kdajit_arguments(p)
-    op = kdajit.fused_kda_prefill
+    fn = kdajit_function(kd, op)
+    if fn is None:
+        return {"error": missing_function(kd, op)}
     try:
-        with forcer.forced(route):
-            key = kdajit_key(kdajit, p)
-            r = measure(torch, lambda: op(*args, **kwargs), a)
+        with kd.forcer.forced(route, op):
+            key = selected_key(kd.module, fn, args, kwargs)
+            r = measure(torch, lambda: fn(*args, **kwargs), a, a.iters if route is None else a.route_iters)
     except RouteUnavailable as e:
         return {"error": str(e), "eligible": False}
     except Exception as e:  # noqa: BLE001 - a failing kdajit cell is reported, the run goes on
-        torch.cuda.synchronize()
+        synchronize(torch, args[0])
         return {"error": error_text(e), "eligible": not isinstance(e, NotImplementedError)}
     r["key"] = key
     r["route"] = route or route_of_key(key)
@@ -557,6 +634,30 @@ def check_cell(torch, kd, engine, p):
     return r
 
 
+def check_chunk_cell(torch, kd, engine, p, q, k, v, h0):
+    """kdajit.chunk_kda vs FLA chunk_kda (engine.fla, FLA bare's call) on the same
+    inputs: o and the final state, relative L2 against CHUNK_CHECK_LIMITS."""
+    if kd.error:
+        return {"status": "error", "why": kd.error}
+    fn = kdajit_function(kd, "chunk")
+    if fn is None:
+        return {"status": "error", "why": missing_function(kd, "chunk")}
+    try:
+        args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
+        o_k, ht_k = fn(*args, **kwargs)
+        synchronize(torch, q)
+    except Exception as e:  # noqa: BLE001
+        synchronize(torch, q)
+        return {"status": "error", "why": error_text(e)}
+    o_f, ht_f = engine.fla(q, k, v, h0)
+    state = p.state_name
+    r = {"state": state, "o_rel_l2": rel_l2(o_k.reshape(o_f.shape), o_f), "state_rel_l2": rel_l2(ht_k, ht_f),
+         "finite": bool(torch.isfinite(o_k.float()).all() and torch.isfinite(ht_k.float()).all())}
+    ok = r["finite"] and r["o_rel_l2"] < CHUNK_CHECK_LIMITS["o"] and r["state_rel_l2"] < CHUNK_CHECK_LIMITS[state]
+    r["status"] = "ok" if ok else "MISMATCH"
+    return r
+
+
 # --- Tables ------------------------------------------------------------------------------------------------
 
 
@@ -573,7 +674,8 @@ def _ratio(num, den):
 
 
 def tables(cells, routes=False):
-    """The tables as lines: forced routes (with --routes), engine stages, checks, notes and the main table last."""
+    """The tables as lines: forced routes of each op (with --routes), engine
+    stages, checks, and the main table last with its notes."""
     lines = []
     notes = []  # distinct kdajit errors, numbered in order of appearance
 
@@ -586,23 +688,26 @@ def tables(cells, routes=False):
         return r.get("us") if r and "error" not in r else None
 
     if routes:
-        names = list(ROUTES) + [r for c in cells for r in c.get("forced", {}) if r not in ROUTES]
-        names = list(dict.fromkeys(names))
-        lines += ["| cell | selector | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
-        for c in cells:
-            kd = c.get("kdajit", {})
-            sel = f"{kd.get('route') or '?'}" if "error" not in kd else "error " + note(kd["error"])
-            row = []
-            for r in names:
-                f = c.get("forced", {}).get(r)
-                if f is None:
-                    row.append("-")
-                elif "error" in f:
-                    row.append(("n/a " if not f.get("eligible", True) else "error ") + note(f["error"]))
-                else:
-                    row.append(_us(f["us"]))
-            lines.append(f"| {cell_name(c)} | {sel} | " + " | ".join(row) + " |")
-        lines.append("")
+        for title, selector, forced in (("kdajit.fused_kda_prefill", "kdajit", "forced"),
+                                        ("kdajit.chunk_kda", "kdajit_chunk", "chunk_forced")):
+            names = list(ROUTES) + [r for c in cells for r in c.get(forced, {}) if r not in ROUTES]
+            names = list(dict.fromkeys(names))
+            lines += [f"{title}, each route forced (us):", "",
+                      "| cell | selector | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+            for c in cells:
+                kd = c.get(selector, {})
+                sel = f"{kd.get('route') or '?'}" if "error" not in kd else "error " + note(kd["error"])
+                row = []
+                for r in names:
+                    f = c.get(forced, {}).get(r)
+                    if f is None:
+                        row.append("-")
+                    elif "error" in f:
+                        row.append(("n/a " if not f.get("eligible", True) else "error ") + note(f["error"]))
+                    else:
+                        row.append(_us(f["us"]))
+                lines.append(f"| {cell_name(c)} | {sel} | " + " | ".join(row) + " |")
+            lines.append("")
     if any(c.get("engine_stages") for c in cells):
         lines += ["| cell | " + " | ".join(f"{s} us" for s in STAGES) + " |", "|---" * (len(STAGES) + 1) + "|"]
         for c in cells:
@@ -619,29 +724,48 @@ def tables(cells, routes=False):
                              f"{'bit-identical' if ch['conv_history_exact'] else 'DIFFERS'}")
             else:
                 lines.append(f"check {cell_name(c)}: {ch['status']}: {ch['why']}")
-    if any(c.get("check") for c in cells):
+    for c in cells:
+        ch = c.get("chunk_check")
+        if ch:
+            if "o_rel_l2" in ch:
+                lines.append(f"check chunk {cell_name(c)}: {ch['status']}: kdajit.chunk_kda vs FLA chunk_kda: o rel "
+                             f"L2 {ch['o_rel_l2']:.2e} (limit {CHUNK_CHECK_LIMITS['o']:g}), final state "
+                             f"({ch['state']}) rel L2 {ch['state_rel_l2']:.2e} (limit "
+                             f"{CHUNK_CHECK_LIMITS[ch['state']]:g})" + ("" if ch["finite"] else ", NOT FINITE"))
+            else:
+                lines.append(f"check chunk {cell_name(c)}: {ch['status']}: {ch['why']}")
+    if any(c.get("check") or c.get("chunk_check") for c in cells):
         lines.append("")
-    head = ("| cell | kdajit us | route | FLA bare us | FLA engine us | bare / kdajit | engine / kdajit | "
-            "floor us | kdajit / floor | binds |")
-    lines += [head, "|---" * 10 + "|"]
-    reused = False
+    head = ("| cell | kdajit us | route | kdajit chunk us | FLA bare us | FLA engine us | bare / chunk | "
+            "bare / kdajit | engine / kdajit | floor us | kdajit / floor | binds |")
+    lines += [head, "|---" * 12 + "|"]
+    reused = bf16_chunk = False
     for c in cells:
         kd = c.get("kdajit", {})
         k = kd_us(kd)
+        ch = c.get("kdajit_chunk")
+        chunk = kd_us(ch)
         bare = c.get("fla_bare", {}).get("us")
         eng = c.get("fla_engine", {}).get("us")
         fl = c["floors"]
         kcol = _us(k) if k is not None else "error " + note(kd.get("error", "not measured"))
+        ccol = "-" if ch is None else _us(chunk) if chunk is not None else "error " + note(ch["error"])
+        if chunk is not None and ch.get("state", c["state"]) == "bf16":
+            ccol += "+"
+            bf16_chunk = True
         bcol = _us(bare)
         if c.get("fla_bare", {}).get("reused_from"):
             bcol += "*"
             reused = True
-        lines.append(f"| {cell_name(c)} | {kcol} | {kd.get('route') or '-'} | {bcol} | {_us(eng)} | "
-                     f"{_ratio(bare, k)} | {_ratio(eng, k)} | {_us(fl['floor_us'])} | {_ratio(k, fl['floor_us'])} | "
-                     f"{fl['binds']} |")
+        lines.append(f"| {cell_name(c)} | {kcol} | {kd.get('route') or '-'} | {ccol} | {bcol} | {_us(eng)} | "
+                     f"{_ratio(bare, chunk)} | {_ratio(bare, k)} | {_ratio(eng, k)} | {_us(fl['floor_us'])} | "
+                     f"{_ratio(k, fl['floor_us'])} | {fl['binds']} |")
     if reused:
         lines.append("* the figure of the other state dtype's cell of that shape and H: FLA keeps fp32 states, so "
                      "its bare call is the same for an f32 and a bf16 pool (the engine column converts a bf16 pool).")
+    if bf16_chunk:
+        lines.append("+ kdajit.chunk_kda with the cell's bf16 states (initial_state bf16, final state bf16) on "
+                     "FLA bare's other inputs; FLA bare takes and returns fp32 states in every cell.")
     for i, text in enumerate(notes):
         lines.append(f"[{i + 1}] {text}")
     return lines
@@ -659,11 +783,12 @@ def write_json(path, doc):
 
 
 def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, doc):
-    """Measures one cell into doc["cells"]; True when its kdajit side failed or its check did not pass."""
+    """Measures one cell into doc["cells"] (no forced routes: run_forced does those);
+    True when its kdajit side failed or a check did not pass."""
     lengths = peer.lengths_of(shape)
     t_cell = time.time()
     failed = False
-    p = Problem(torch, lengths, h, state, "cuda", seed=sum(lengths) + h)
+    p = problem_of(torch, shape, h, state)
     c = {"shape": shape, "heads": h, "state": state, "sequences": len(lengths), "tokens": sum(lengths),
          "max_seq_len": max(lengths), "floors": floors(lengths, h, state, copy_bw, rate)}
     doc["cells"].append(c)
@@ -682,35 +807,75 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
             log(f"kdajit: pre-warm: {error_text(e)}")
     c["fla_engine"] = measure(torch, lambda: engine(p.conv_state, p.state, out), a)
     c["engine_stages"] = time_stages(torch, engine, out, min(a.iters, 10))
-    if (shape, h) in bare_of:
-        c["fla_bare"] = dict(bare_of[(shape, h)], reused_from=bare_of[(shape, h)]["state"])
-    else:
-        q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
-        c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=state)
-        bare_of[(shape, h)] = c["fla_bare"]
-        del q, k, v, h0
+    failed |= bare_and_chunk(torch, a, kd, engine, c, bare_of)
     if shape == a.shapes[0]:  # the first cell of each H, for each state dtype
         c["check"] = check_cell(torch, kd, engine, p)
         failed |= c["check"]["status"] in ("error", "MISMATCH")
         log(f"  check: {c['check']}")
     log(f"{shape} H{h} {state}: kdajit")
-    c["kdajit"] = measure_kdajit(torch, kd, p, a, None)
+    args, kwargs = kdajit_arguments(p)
+    c["kdajit"] = measure_kdajit(torch, kd, "prefill", args, kwargs, a)
     failed |= "error" in c["kdajit"]
-    if a.routes and "error" not in c["kdajit"]:
-        c["forced"] = {r: measure_kdajit(torch, kd, p, a, r) for r in kd.forcer.routes}
-        failed |= any(f.get("eligible") and "error" in f for f in c["forced"].values())
     c["seconds"] = time.time() - t_cell
     return failed
 
 
+def bare_and_chunk(torch, a, kd, engine, c, bare_of):
+    """FLA bare (or its twin's figure), the chunk check and kdajit chunk of cell c,
+    on the same post-conv q, k, v and initial states (freed on return); True when
+    the kdajit chunk call failed or its check did not pass."""
+    p, key = engine.p, (c["shape"], c["heads"])
+    q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
+    if key in bare_of:
+        c["fla_bare"] = dict(bare_of[key], reused_from=bare_of[key]["state"])
+    else:
+        c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=c["state"])
+        bare_of[key] = c["fla_bare"]
+    log(f"{cell_name(c)}: kdajit chunk")
+    c["chunk_check"] = check_chunk_cell(torch, kd, engine, p, q, k, v, h0)
+    log(f"  check chunk: {c['chunk_check']}")
+    args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
+    c["kdajit_chunk"] = dict(measure_kdajit(torch, kd, "chunk", args, kwargs, a), state=c["state"])
+    return c["chunk_check"]["status"] in ("error", "MISMATCH") or "error" in c["kdajit_chunk"]
+
+
+def forced_chunk(torch, a, kd, chunk_kda, p):
+    """kdajit chunk with each route forced, on p's post-conv q, k, v (freed on return)."""
+    q, k, v, h0, _ = Engine(torch, chunk_kda, p).gather_and_conv(p.conv_state, p.state)
+    args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
+    return {r: measure_kdajit(torch, kd, "chunk", args, kwargs, a, r) for r in kd.forcer.routes}
+
+
+def run_forced(torch, a, kd, chunk_kda, c):
+    """Times each route forced for cell c (already measured by run_cell), for the
+    fused op and the chunk op whose selector call succeeded, on a fresh draw of
+    the cell's problem; True when an eligible route failed."""
+    t_cell = time.time()
+    p = problem_of(torch, c["shape"], c["heads"], c["state"])
+    failed = False
+    if "error" not in c.get("kdajit_chunk", {"error": ""}):
+        log(f"{cell_name(c)}: kdajit chunk, forced routes")
+        c["chunk_forced"] = forced_chunk(torch, a, kd, chunk_kda, p)
+        failed |= any(f.get("eligible") and "error" in f for f in c["chunk_forced"].values())
+    if "error" not in c.get("kdajit", {"error": ""}):
+        log(f"{cell_name(c)}: kdajit, forced routes")
+        args, kwargs = kdajit_arguments(p)
+        c["forced"] = {r: measure_kdajit(torch, kd, "prefill", args, kwargs, a, r) for r in kd.forcer.routes}
+        failed |= any(f.get("eligible") and "error" in f for f in c["forced"].values())
+    c["forced_seconds"] = time.time() - t_cell
+    return failed
+
+
 def print_tables(doc):
+    st = doc["settings"]
+    forced = f" ({st['route_iters']} per forced route)" if st["routes"] and "route_iters" in st else ""
     print(f"# kdajit prefill vs FLA chunk_kda @ {doc['versions']['fla_commit'][:12]} on {doc['gpu']}: copy bandwidth "
           f"{doc['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, dense bf16 {doc['bf16_matmul_flop_per_s'] / 1e12:.0f} "
-          f"TFLOP/s ({doc['matmul_n']}^3 matmul); median of {doc['settings']['iters']} calls, L2 flushed; "
+          f"TFLOP/s ({doc['matmul_n']}^3 matmul); median of {st['iters']} calls{forced}, L2 flushed; "
           f"status {doc['status']}")
     if doc.get("stopped"):
         print(f"# stopped at {doc['stopped']}")
-    print("\n".join(tables(doc["cells"], routes=bool(doc["settings"]["routes"]))), flush=True)
+    print("\n".join(tables(doc["cells"], routes=bool(st["routes"]))), flush=True)
 
 
 def main(argv=None):
@@ -730,7 +895,7 @@ def main(argv=None):
         log(f"kdajit: {kd.error} (every kdajit cell reports it)")
     routes = (kd.forcer.routes if kd.forcer else list(ROUTES)) if a.routes else []
     if kd.error is None:
-        pre = prewarm_kdajit(kd, torch, a.heads, a.states)
+        pre = prewarm_kdajit(kd, a.heads, a.states)
         kd.prewarm_pending = isinstance(pre, int)
         log(f"kdajit: pre-warming {pre} kernel keys in the background" if isinstance(pre, int)
             else f"kdajit: no pre-warm ({pre}); the first calls compile")
@@ -744,9 +909,9 @@ def main(argv=None):
                         "torch_cuda": torch.version.cuda, "fla_commit": commit},
            "kdajit_library": kd.library, "kdajit_error": kd.error,
            "copy_bandwidth_bytes_per_s": copy_bw, "bf16_matmul_flop_per_s": rate, "matmul_n": a.matmul_n,
-           "settings": {"iters": a.iters, "warmup": a.warmup, "heads": a.heads, "shapes": a.shapes,
-                        "states": a.states, "routes": list(routes), "lower_bound": LOWER_BOUND, "norm_eps": NORM_EPS,
-                        "check_limit": CHECK_LIMIT},
+           "settings": {"iters": a.iters, "route_iters": a.route_iters, "warmup": a.warmup, "heads": a.heads,
+                        "shapes": a.shapes, "states": a.states, "routes": list(routes), "lower_bound": LOWER_BOUND,
+                        "norm_eps": NORM_EPS, "check_limit": CHECK_LIMIT, "chunk_check_limits": CHUNK_CHECK_LIMITS},
            "flop_per_chunk_head": FLOP_PER_CHUNK_HEAD, "cells": []}
     bare_of = {}
     failed = False
@@ -760,6 +925,18 @@ def main(argv=None):
             break
         write_json(a.json, doc)
         torch.cuda.empty_cache()
+    # The forced routes, after every cell's main figures: a run stopped by a time limit loses these first.
+    if routes and kd.error is None and not doc.get("stopped"):
+        for c in doc["cells"]:
+            try:
+                failed |= run_forced(torch, a, kd, chunk_kda, c)
+            except Exception as e:  # noqa: BLE001
+                log(f"{cell_name(c)}: forced routes: stopped: {error_text(e)}")
+                doc["stopped"] = f"{cell_name(c)} (forced routes): {error_text(e)}"
+                failed = True
+                break
+            write_json(a.json, doc)
+            torch.cuda.empty_cache()
     doc["status"] = "failed" if failed else "ok"
     doc["total_seconds"] = time.time() - t_start
     write_json(a.json, doc)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kdajit's prefill against FLA's chunk_kda on a CUDA machine, in one call
-# (bench/bench_prefill.py: kdajit with the selector's route and every route
-# forced, FLA bare, FLA inside an engine's torch ops, the memory and
-# tensor-core floors, and the check of kdajit against the FLA engine):
+# (bench/bench_prefill.py: kdajit's fused prefill and kdajit.chunk_kda with
+# the selector's route and every route forced, FLA bare, FLA inside an
+# engine's torch ops, the memory and tensor-core floors, the check of kdajit
+# against the FLA engine and of kdajit.chunk_kda against FLA bare):
 #
 #   bash bench/run_prefill_on_device.sh [more bench_prefill.py arguments]
 #
@@ -20,7 +21,8 @@
 # (default --routes; set but empty: none), before the ones given here.
 # BENCH_TIMEOUT (default 480 s): the run is stopped after it, and the table of
 # what was measured is printed from the JSON, which the benchmark rewrites
-# after every cell.
+# after every cell (the forced routes are measured last, after every cell's
+# main figures: bench/README.md has the calls per cell).
 # Logs under ${OUT:-/tmp/kdajit-prefill-out}: build.log, prefill.log (progress,
 # stderr), prefill.json (every number), table.txt; a summary, then the table last.
 # Exit status: the benchmark's (0: every cell measured, every check passed).
@@ -74,7 +76,8 @@ if [ $rc = 137 ] && [ -f "$OUT/prefill.json" ]; then
 fi
 ok=$(grep -c '^check .*: ok:' "$OUT/table.txt")
 not_ok=$(grep -cE '^check .*: (MISMATCH|error):' "$OUT/table.txt")
-summary+=("bench_prefill: rc=$rc, $(( $(date +%s) - t0 )) s; checks: $ok ok, $not_ok not ok")
+chunk_ok=$(grep -c '^check chunk .*: ok:' "$OUT/table.txt")
+summary+=("bench_prefill: rc=$rc, $(( $(date +%s) - t0 )) s; checks: $ok ok ($chunk_ok of them chunk_kda vs FLA), $not_ok not ok")
 summary+=("last progress lines: $(grep -v '^  check' "$OUT/prefill.log" | tail -3 | tr '\n' ';')")
 printf '%s\n' "${summary[@]}"
 cat "$OUT/table.txt"
