@@ -300,6 +300,7 @@ std::string meta_number(const nlohmann::json& meta, const char* field) {
 // counts): the first key of each program, preferring one already in the cache,
 // then the others, which the process's copy of that program serves (obtain()).
 // Keys whose hash cannot be formed go first and report their error there.
+// Sets each row's hash where it can be formed.
 std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCache& cache, std::vector<Row>& rows,
                                                                   unsigned jobs) {
   std::vector<std::string> hashes(rows.size());
@@ -307,7 +308,7 @@ std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCa
   parallel_for(rows.size(), jobs, [&](size_t i) {
     auto plan = plan_build(rows[i].key);
     if (!plan) return;
-    hashes[i] = plan->hash;
+    hashes[i] = rows[i].hash = plan->hash;
     present[i] = cache.probe(rows[i].key, plan->hash).state == CacheProbe::State::present;
   });
   std::map<std::string, size_t> first;  // hash -> the row that builds it
