@@ -218,7 +218,7 @@ Status Runtime::Impl::prefill(const kdajit_prefill_args_t& args, kdajit_stream_t
 
 Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache, key, /*allow_build=*/true));
-  return found.source == CacheSource::built;
+  return compiled_now(found);
 }
 
 Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {

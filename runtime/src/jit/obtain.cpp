@@ -209,6 +209,10 @@ Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_
   return found;
 }
 
+bool compiled_now(const CacheLookup& found) {
+  return found.source == CacheSource::built && !found.entry->meta.contains(kProgramCompiledForField);
+}
+
 Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string& root) {
   KDAJIT_TRY_ASSIGN(Environment env, read_environment());
   CacheOptions opts;
