@@ -309,7 +309,8 @@ struct KernelCache::Impl {
     meta["source_sha256"] = sha256_hex(entry->source);
     entry->meta = std::move(meta);
 
-    if (auto of = entry->meta.find(kProgramCompiledForField); log_compiles && of != entry->meta.end() && of->is_string())
+    const auto of = entry->meta.find(kProgramCompiledForField);
+    if (log_compiles && of != entry->meta.end() && of->is_string())
       log_info("stored {} from the program compiled for {} (same build inputs; {} registers, {} bytes spilled)", name,
                of->get<std::string>(), meta_number(entry->meta, "registers"), meta_number(entry->meta, "spill_bytes"));
     else if (log_compiles)
