@@ -304,12 +304,17 @@ std::string meta_number(const nlohmann::json& meta, const char* field) {
 std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCache& cache, std::vector<Row>& rows,
                                                                   unsigned jobs) {
   std::vector<std::string> hashes(rows.size());
+  parallel_for(rows.size(), jobs, [&](size_t i) {
+    if (auto plan = plan_build(rows[i].key)) hashes[i] = rows[i].hash = plan->hash;
+  });
+  std::map<std::string, size_t> keys_of;  // hash -> how many rows have it
+  for (const auto& h : hashes)
+    if (!h.empty()) ++keys_of[h];
+  // Only a program of several keys has a first key to choose (a probe reads the entry).
   std::vector<char> present(rows.size(), 0);
   parallel_for(rows.size(), jobs, [&](size_t i) {
-    auto plan = plan_build(rows[i].key);
-    if (!plan) return;
-    hashes[i] = rows[i].hash = plan->hash;
-    present[i] = cache.probe(rows[i].key, plan->hash).state == CacheProbe::State::present;
+    if (!hashes[i].empty() && keys_of.at(hashes[i]) > 1)
+      present[i] = cache.probe(rows[i].key, hashes[i]).state == CacheProbe::State::present;
   });
   std::map<std::string, size_t> first;  // hash -> the row that builds it
   std::vector<size_t> firsts, rest;
