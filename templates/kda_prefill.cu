@@ -46,6 +46,10 @@
 #define KDA_SMEM_BYTES 232448  // hole: dynamic shared memory of a launch
 #endif
 
+// One program for every head count: H is the grid's x dimension (gridDim.x),
+// never a hole (kda_primitives.cuh).
+#define KDA_HEADS_FROM_GRID 1
+
 #include "kda_params.h"
 #include "kda_primitives.cuh"
 
@@ -179,7 +183,7 @@ __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int 
 #if KDA_CONV_DS
   return static_cast<long long>(c) * p.conv_taps + t;
 #else
-  return c + static_cast<long long>(t) * kQkv;
+  return c + static_cast<long long>(t) * (3 * grid_hidden());
 #endif
 }
 
@@ -196,11 +200,11 @@ __device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, i
     const int c = task % kChans, ts = task / kChans * kSeg;
     const int hc = head_channel(c, v0);
     const int j = hc / kD, d = hc % kD;
-    const int col = j * kHidden + h * kD + d;  // channel of x and conv_state
+    const int col = j * grid_hidden() + h * kD + d;  // channel of x and conv_state
     const unsigned short* xcol = p.x + col;
     float w[kW];
 #pragma unroll
-    for (int i = 0; i < kW; ++i) w[i] = p.conv_weight[(j * kW + i) * kHidden + h * kD + d];
+    for (int i = 0; i < kW; ++i) w[i] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d];
     unsigned short hist[3], xb[kSeg];
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
@@ -241,7 +245,7 @@ __device__ __forceinline__ void conv_state_out(const KdaParams& p, int h, int v0
   for (int c = threadIdx.x; c < kChans; c += kThreads) {
     if (c < 2 * kD && c / (2 * kD / kSplit) != rank) continue;
     const int hc = head_channel(c, v0);
-    const int col = hc / kD * kHidden + h * kD + hc % kD;
+    const int col = hc / kD * grid_hidden() + h * kD + hc % kD;
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
       const long long tok = len - 3 + i;

@@ -9,7 +9,15 @@
 
 #include "kda_params.h"
 
-#ifndef KDA_HEADS
+// The head count H is a hole of the programs compiled for one head count (the
+// decode ops). A template that reads H from the launch grid (x = head) defines
+// KDA_HEADS_FROM_GRID first: its source is then the same for every head count,
+// and the constants derived from KDA_HEADS below do not exist in it.
+#ifdef KDA_HEADS_FROM_GRID
+#ifdef KDA_HEADS
+#error "KDA_HEADS is defined for a template that reads the head count from the launch grid (KDA_HEADS_FROM_GRID)"
+#endif
+#elif !defined(KDA_HEADS)
 #define KDA_HEADS 64  // hole: heads H (1..128)
 #endif
 #ifndef KDA_STATE_BF16
@@ -45,23 +53,34 @@ namespace kda {
 enum : int {
   kD = 128,  // head dim (k and v)
   kW = 4,    // conv width
+#ifndef KDA_HEADS_FROM_GRID
   kHeads = KDA_HEADS,
   kHidden = kHeads * kD,
   kQkv = 3 * kHidden,
+#endif
   kTokens = KDA_T,
   kTaps = kTokens + kW - 2,  // K: conv_state taps per channel
   kThreads = KDA_THREADS,
   kWarps = kThreads / 32,
   kSplit = KDA_SPLIT,
+#ifndef KDA_HEADS_FROM_GRID
 
   // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*kConvTapStride.
   // SD: strides (1, qkv), taps slow; DS: strides (K, 1), taps contiguous.
   kConvChanStride = KDA_CONV_DS ? kTaps : 1,
   kConvTapStride = KDA_CONV_DS ? 1 : kQkv,
+#endif
 };
 enum : unsigned { kFull = 0xffffffffu };
 
+#ifndef KDA_HEADS_FROM_GRID
 static_assert(kHeads >= 1 && kHeads <= 128, "KDA_HEADS must be in 1..128");
+#else
+// A use of kHeads, kHidden or kQkv in such a template is an error that names
+// this type: there the grid's x dimension is H, and grid_hidden() is H * kD.
+struct head_count_is_gridDim_x_in_this_program;
+extern const head_count_is_gridDim_x_in_this_program kHeads, kHidden, kQkv;
+#endif
 static_assert((kTokens >= 1 && kTokens <= 16) || kTokens == 64, "KDA_T must be in 1..16 (decode) or 64 (the prefill chunk)");
 // 128 threads would hold 128 state values per thread: far past the register budget.
 static_assert(kThreads == 256 || kThreads == 512, "KDA_THREADS must be 256 or 512");
@@ -148,8 +167,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ bool slot_valid(int s, int num_slots) { return s > 0 && s < num_slots; }
 
+#ifndef KDA_HEADS_FROM_GRID
 // Element offset of tap t of channel c inside one conv_state slot.
 __device__ __forceinline__ int conv_tap_offset(int c, int t) { return c * kConvChanStride + t * kConvTapStride; }
+#else
+// The hidden size H * kD of a program that reads H from the launch grid.
+__device__ __forceinline__ int grid_hidden() { return static_cast<int>(gridDim.x) * kD; }
+#endif
 
 // ---- butterfly ("transpose") reduction ----
 // Sums each of N values over a group of lanes (xor offsets OFF, OFF/2, .., 1)

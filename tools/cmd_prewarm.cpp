@@ -202,7 +202,7 @@ void run_probe(const Opts& o, const Selection& sel) {
   auto cache = open_cache(o.common, CacheUse::inspect);
   struct Row {
     KernelKey key;
-    std::string status, dir, reason;
+    std::string hash, status, dir, reason;
   };
   std::vector<Row> rows(sel.keys.size());
   parallel_for(rows.size(), o.jobs, [&](size_t i) {
@@ -214,6 +214,7 @@ void run_probe(const Opts& o, const Selection& sel) {
       row.reason = plan.error().message;
       return;
     }
+    row.hash = plan->hash;
     auto p = cache->probe(row.key, plan->hash);
     row.dir = p.dir;
     row.reason = p.reason;
@@ -223,11 +224,22 @@ void run_probe(const Opts& o, const Selection& sel) {
   });
   std::map<std::string, size_t> count;
   for (const auto& r : rows) ++count[r.status];
+  // Keys with one build hash are one program: a prewarm compiles each program
+  // that no present entry holds once (program_order()).
+  std::set<std::string> programs, held, to_compile;
+  for (const auto& r : rows) {
+    if (r.hash.empty()) continue;
+    programs.insert(r.hash);
+    if (r.status == "present") held.insert(r.hash);
+  }
+  for (const auto& r : rows)
+    if (!r.hash.empty() && !held.count(r.hash)) to_compile.insert(r.hash);
   const size_t absent = count["missing"] + count["unusable"] + count["failed"];
   const char* verb = o.check ? "prewarm --check" : "prewarm --dry-run";
   if (o.common.json) {
     json out = {{"root", json_text(cache->root())}, {"layers", layers_json(*cache)}, {"archs", json::array()},
-                {"keys", rows.size()}, {"present", count["present"]}, {"missing", count["missing"]},
+                {"keys", rows.size()}, {"programs", programs.size()}, {"compiles", to_compile.size()},
+                {"present", count["present"]}, {"missing", count["missing"]},
                 {"unusable", count["unusable"]}, {"failed", count["failed"]}, {"results", json::array()}};
     for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
     if (sel.sm_count) out["routes"] = routes_json(sel);
@@ -253,8 +265,12 @@ void run_probe(const Opts& o, const Selection& sel) {
     if (sel.sm_count) print_table({"KEY", "SELECTED FOR", "STATUS", "WHERE"}, table);
     else print_table({"KEY", "STATUS", "WHERE"}, table);
     if (sel.sm_count) fmt::print("{}\n", routes_text(sel, o));
-    fmt::print("{}: {} keys for {}: {} present, {} missing, {} unusable, {} failed ({})\n", verb, rows.size(),
-               archs_text(sel.archs), count["present"], count["missing"], count["unusable"], count["failed"],
+    // Said only where keys share programs, so a decode-only line reads as before.
+    const bool shared = programs.size() != rows.size();
+    fmt::print("{}: {} keys{} for {}: {} present, {} missing, {} unusable, {} failed{} ({})\n", verb, rows.size(),
+               shared ? fmt::format(" ({} programs)", programs.size()) : std::string(), archs_text(sel.archs),
+               count["present"], count["missing"], count["unusable"], count["failed"],
+               shared ? fmt::format("; a prewarm compiles {} programs", to_compile.size()) : std::string(),
                printable(cache->root()));
   }
   std::fflush(stdout);
@@ -265,7 +281,8 @@ void run_probe(const Opts& o, const Selection& sel) {
 struct Row {
   KernelKey key;
   std::string hash;
-  std::string status = "failed";  // compiled | cached | failed
+  std::string status = "failed";  // compiled | reused | cached | failed
+  std::string compiled_for;       // reused: the key whose compile made the cubin
   double ms = 0;
   std::string dir;
   std::string not_stored;  // built or found, but not on disk: why
@@ -279,38 +296,84 @@ std::string meta_number(const nlohmann::json& meta, const char* field) {
   return it->is_number_integer() ? std::to_string(it->get<int64_t>()) : fmt::format("{:.0f}", it->get<double>());
 }
 
+// Keys with the same build hash are one program (the prefill op's head
+// counts): the first key of each program, preferring one already in the cache,
+// then the others, which the process's copy of that program serves (obtain()).
+// Keys whose hash cannot be formed go first and report their error there.
+// Sets each row's hash where it can be formed.
+std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCache& cache, std::vector<Row>& rows,
+                                                                  unsigned jobs) {
+  std::vector<std::string> hashes(rows.size());
+  parallel_for(rows.size(), jobs, [&](size_t i) {
+    if (auto plan = plan_build(rows[i].key)) hashes[i] = rows[i].hash = plan->hash;
+  });
+  std::map<std::string, size_t> keys_of;  // hash -> how many rows have it
+  for (const auto& h : hashes)
+    if (!h.empty()) ++keys_of[h];
+  // Only a program of several keys has a first key to choose (a probe reads the entry).
+  std::vector<char> present(rows.size(), 0);
+  parallel_for(rows.size(), jobs, [&](size_t i) {
+    if (!hashes[i].empty() && keys_of.at(hashes[i]) > 1)
+      present[i] = cache.probe(rows[i].key, hashes[i]).state == CacheProbe::State::present;
+  });
+  std::map<std::string, size_t> first;  // hash -> the row that builds it
+  std::vector<size_t> firsts, rest;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (hashes[i].empty()) {
+      firsts.push_back(i);
+      continue;
+    }
+    auto [it, fresh] = first.emplace(hashes[i], i);
+    if (!fresh && present[i] && !present[it->second]) it->second = i;
+  }
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (!hashes[i].empty()) (first.at(hashes[i]) == i ? firsts : rest).push_back(i);
+  return {firsts, rest};
+}
+
 void run_build(const Opts& o, const Selection& sel) {
   const auto t0 = std::chrono::steady_clock::now();
   // The library's per-compile line would repeat the progress line: prewarm prints one.
   auto cache = open_cache(o.common, CacheUse::build, /*log_compiles=*/false);
   std::vector<Row> rows(sel.keys.size());
   for (size_t i = 0; i < rows.size(); ++i) rows[i].key = sel.keys[i];
-  Progress progress(rows.size());
-  parallel_for(rows.size(), o.jobs, [&](size_t i) {
-    Row& row = rows[i];
-    const auto k0 = std::chrono::steady_clock::now();
-    Result<CacheLookup> r = obtain(*cache, row.key, /*allow_build=*/true);
-    if (r) row.hash = r->entry->hash;
-    row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
-    if (!r) {
-      row.error = r.error().message;
-      row.detail = r.error().detail;
-      progress.report(fmt::format("{}  FAILED: {}", key_name(row.key), row.error));
-      return;
-    }
-    row.status = r->source == CacheSource::built ? "compiled" : "cached";
-    if (r->source == CacheSource::built) row.phases = r->entry->meta.value("phases", nlohmann::json());
-    row.dir = r->entry->dir;
-    row.not_stored = r->not_stored;
-    std::string text = r->source == CacheSource::built
-                           ? fmt::format("{}  compiled in {:.0f} ms ({} registers, {} bytes spilled, NVRTC {})",
-                                         key_name(row.key), row.ms, meta_number(r->entry->meta, "registers"),
-                                         meta_number(r->entry->meta, "spill_bytes"),
-                                         r->entry->meta.value("nvrtc_version", std::string("?")))
-                           : fmt::format("{}  cached", key_name(row.key));
-    if (row.dir.empty()) text += "  (not stored on disk)";
-    progress.report(text);
-  });
+  auto build_rows = [&](const std::vector<size_t>& order) {
+    Progress progress(order.size());
+    parallel_for(order.size(), o.jobs, [&](size_t n) {
+      Row& row = rows[order[n]];
+      const auto k0 = std::chrono::steady_clock::now();
+      Result<CacheLookup> r = obtain(*cache, row.key, /*allow_build=*/true);
+      if (r) row.hash = r->entry->hash;
+      row.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count();
+      if (!r) {
+        row.error = r.error().message;
+        row.detail = r.error().detail;
+        progress.report(fmt::format("{}  FAILED: {}", key_name(row.key), row.error));
+        return;
+      }
+      const nlohmann::json& meta = r->entry->meta;
+      const auto of = meta.find(kProgramCompiledForField);
+      const bool reused = r->source == CacheSource::built && of != meta.end() && of->is_string();
+      row.status = reused ? "reused" : r->source == CacheSource::built ? "compiled" : "cached";
+      if (reused) row.compiled_for = of->get<std::string>();
+      else if (r->source == CacheSource::built) row.phases = meta.value("phases", nlohmann::json());
+      row.dir = r->entry->dir;
+      row.not_stored = r->not_stored;
+      std::string text = reused ? fmt::format("{}  stored from the program compiled for {}", key_name(row.key),
+                                              row.compiled_for)
+                         : r->source == CacheSource::built
+                             ? fmt::format("{}  compiled in {:.0f} ms ({} registers, {} bytes spilled, NVRTC {})",
+                                           key_name(row.key), row.ms, meta_number(meta, "registers"),
+                                           meta_number(meta, "spill_bytes"),
+                                           meta.value("nvrtc_version", std::string("?")))
+                             : fmt::format("{}  cached", key_name(row.key));
+      if (row.dir.empty()) text += "  (not stored on disk)";
+      progress.report(text);
+    });
+  };
+  auto [firsts, rest] = program_order(*cache, rows, o.jobs);
+  build_rows(firsts);
+  build_rows(rest);
 
   // The LRU cap may have evicted what this run stored for earlier keys.
   for (auto& r : rows) {
@@ -323,10 +386,16 @@ void run_build(const Opts& o, const Selection& sel) {
                          : "removed by another process";
     }
   }
-  size_t compiled = 0, cached = 0, failed = 0, not_stored = 0;
+  size_t compiled = 0, reused = 0, cached = 0, failed = 0, not_stored = 0;
   std::map<std::string, size_t> reasons;
+  std::set<std::string> programs;
+  double compile_cpu_ms = 0;  // NVRTC's CPU time over this run's compiles
   for (const auto& r : rows) {
+    if (!r.hash.empty()) programs.insert(r.hash);
+    if (r.phases.is_object() && r.phases.contains("cpu_ms") && r.phases["cpu_ms"].is_number())
+      compile_cpu_ms += r.phases["cpu_ms"].get<double>();
     if (r.status == "compiled") ++compiled;
+    else if (r.status == "reused") ++reused;
     else if (r.status == "cached") ++cached;
     else ++failed;
     if (r.status != "failed" && r.dir.empty()) {
@@ -342,9 +411,11 @@ void run_build(const Opts& o, const Selection& sel) {
     json out = {{"root", json_text(cache->root())}, {"mode", to_string(cache->mode())},
                 {"layers", layers_json(*cache)},    {"archs", json::array()},
                 {"arch_source", sel.arch.source},   {"keys", rows.size()},
+                {"programs", programs.size()},      {"reused", reused},
                 {"compiled", compiled},             {"cached", cached},
                 {"failed", failed},                 {"not_stored", not_stored},
                 {"not_stored_reasons", json::object()}, {"wall_s", wall_s},
+                {"compile_cpu_s", compile_cpu_ms / 1e3},
                 {"results", json::array()}};
     for (Arch a : sel.archs) out["archs"].push_back(to_string(a));
     if (sel.sm_count) out["routes"] = routes_json(sel);
@@ -352,14 +423,18 @@ void run_build(const Opts& o, const Selection& sel) {
     for (const auto& r : rows) {
       json row = {{"key", key_name(r.key)}, {"status", r.status}, {"ms", r.ms}, {"dir", json_text(r.dir)}};
       if (!r.phases.is_null()) row["phases"] = r.phases;
+      if (!r.compiled_for.empty()) row["program_compiled_for"] = r.compiled_for;
       if (!r.error.empty()) row["error"] = json_text(r.error);
       if (!r.not_stored.empty() && r.dir.empty()) row["not_stored"] = json_text(r.not_stored);
       out["results"].push_back(row);
     }
     fmt::print("{}\n", dump_json(out));
   } else {
-    fmt::print("prewarm: {} keys for {}: {} compiled, {} already cached, {} failed{} in {:.1f} s ({})\n", rows.size(),
-               archs_text(sel.archs), compiled, cached, failed,
+    // Said only where keys share programs, so a decode-only line reads as before.
+    fmt::print("prewarm: {} keys{} for {}: {} compiled, {}{} already cached, {} failed{} in {:.1f} s ({})\n",
+               rows.size(), programs.size() != rows.size() ? fmt::format(" ({} programs)", programs.size()) : "",
+               archs_text(sel.archs), compiled,
+               reused ? fmt::format("{} stored from a program compiled for another key, ", reused) : "", cached, failed,
                not_stored ? fmt::format(", {} not stored on disk", not_stored) : std::string(), wall_s,
                printable(where));
     for (const auto& [why, n] : reasons) fmt::print("prewarm: {} not stored on disk: {}\n", n, printable(why, 400));

@@ -309,7 +309,11 @@ struct KernelCache::Impl {
     meta["source_sha256"] = sha256_hex(entry->source);
     entry->meta = std::move(meta);
 
-    if (log_compiles)
+    const auto of = entry->meta.find(kProgramCompiledForField);
+    if (log_compiles && of != entry->meta.end() && of->is_string())
+      log_info("stored {} from the program compiled for {} (same build inputs; {} registers, {} bytes spilled)", name,
+               of->get<std::string>(), meta_number(entry->meta, "registers"), meta_number(entry->meta, "spill_bytes"));
+    else if (log_compiles)
       log_info("compiled {} in {} ms ({} registers, {} bytes spilled, NVRTC {})", name,
                meta_number(entry->meta, "compile_ms"), meta_number(entry->meta, "registers"),
                meta_number(entry->meta, "spill_bytes"), entry->meta.value("nvrtc_version", std::string("?")));

@@ -110,6 +110,14 @@ std::string key_name(const KernelKey& k) {
                      kKeyLayout[6].prefix, to_string(k.route), kKeyLayout[7].prefix, to_string(k.arch));
 }
 
+std::string program_name(const KernelKey& k) {
+  if (heads_in_program(k.op)) return key_name(k);
+  const std::string name = key_name(k);
+  const std::string heads = fmt::format(".{}{}.", kKeyLayout[1].prefix, k.heads);
+  const size_t at = name.find(heads);
+  return name.substr(0, at) + fmt::format(".{}*.", kKeyLayout[1].prefix) + name.substr(at + heads.size());
+}
+
 std::string key_name_shape() {
   const std::array<std::string, 8> v = {field_shape<Op>(),
                                         fmt::format("<{}..{}>", kKeyLayout[1].lo, kKeyLayout[1].hi),

@@ -77,3 +77,41 @@ TEST_CASE("an invalid key generates nothing", "[generator]") {
   REQUIRE_FALSE(src.ok());
   CHECK(src.error().message.find("'t'") != std::string::npos);
 }
+
+TEST_CASE("prefill keys of different head counts are one source; decode keys are not", "[generator][program]") {
+  const KernelKey prefill{Op::prefill, 8, StateDtype::bf16, ConvLayout::ds, kPrefillChunk, Gate::bounded, Route::split2, Arch::sm_90};
+  KernelKey other = prefill;
+  other.heads = 64;
+  auto a = generate_source(prefill), b = generate_source(other);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(*a == *b);
+  CHECK(a->substr(0, a->find('\n')) ==
+        "// kdajit kernel kda_prefill.h*.state_bf16.conv_ds.t64.gate_bounded.route_split2.sm_90");
+  CHECK(program_name(prefill) == program_name(other));
+  // The head count is no hole of this program: the generator defines no KDA_HEADS
+  // (the template's guard, kda_primitives.cuh, stops a compile that has one).
+  const std::string holes = a->substr(0, a->find("// ---- "));
+  CHECK(holes.find("KDA_HEADS") == std::string::npos);
+  CHECK(a->find("#define KDA_HEADS_FROM_GRID 1\n") != std::string::npos);
+  // Another field still makes another program.
+  KernelKey split4 = prefill;
+  split4.route = Route::split4;
+  CHECK(*generate_source(split4) != *a);
+
+  for (Op op : kDecodeOps) {
+    INFO(to_string(op));
+    const KernelKey decode{op, 8, StateDtype::bf16, ConvLayout::ds, op == Op::single ? 1 : 4, Gate::bounded, Route::rowcta, Arch::sm_90};
+    KernelKey wider = decode;
+    wider.heads = 64;
+    CHECK(heads_in_program(op));
+    CHECK(program_name(decode) == key_name(decode));
+    auto d8 = generate_source(decode), d64 = generate_source(wider);
+    REQUIRE(d8.ok());
+    REQUIRE(d64.ok());
+    CHECK(*d8 != *d64);
+    CHECK(d8->find("#define KDA_HEADS 8\n") != std::string::npos);
+    CHECK(d8->find("KDA_HEADS_FROM_GRID 1") == std::string::npos);
+  }
+  CHECK_FALSE(heads_in_program(Op::prefill));
+}

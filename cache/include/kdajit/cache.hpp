@@ -63,6 +63,11 @@ std::string build_hash(int schema_version, std::string_view library_version, std
 std::string current_build_hash(std::string_view source, const std::vector<std::string>& options, Arch arch,
                                std::string_view nvrtc_version);
 
+// Meta field of an entry whose cubin a compile for another key produced: that
+// key's name. Keys whose build inputs are identical (one hash) are one program
+// (the prefill op's head counts); each still has its own entry.
+inline constexpr const char* kProgramCompiledForField = "program_compiled_for";
+
 // What one build produced. All of it is stored in the entry.
 struct CacheBuild {
   std::string source;                // kernel.cu: the exact compiled source
@@ -71,7 +76,9 @@ struct CacheBuild {
   std::string nvrtc_version;         // a hash input
   // Free-form metadata, a JSON object. The cache reads these fields when present:
   //   "registers" (int), "spill_bytes" (int), "smem_bytes" (int), "stack_bytes" (int),
-  //   "compile_ms" (number; measured around the BuildFn when absent), "entry" (kernel name).
+  //   "compile_ms" (number; measured around the BuildFn when absent), "entry" (kernel name),
+  //   kProgramCompiledForField (string; the cubin is that of another key's compile with the
+  //   same build inputs: the log line says so, and compile_ms is that compile's).
   // Fields the cache writes itself (overwriting the build's): schema, library_version,
   // key, key_name, arch, hash, options, nvrtc_version, created, cubin_sha256,
   // cubin_bytes, source_sha256.

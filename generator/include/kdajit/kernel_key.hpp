@@ -104,6 +104,12 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
   return out;
 }
+// Whether an op's program is compiled for one head count (KDA_HEADS, a hole of
+// the decode templates), per Op. The prefill template reads H from the launch
+// grid (x = head) instead, so its keys that differ only in heads generate the
+// same source: one program, compiled once (docs/DESIGN.md, "Compile cost").
+inline constexpr std::array<bool, 3> kOpHeadsInProgram = {true, true, false};
+constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
 // The two decode ops (kdajit_decode_args_t), for what serves only them.
 inline constexpr std::array<Op, 2> kDecodeOps = {Op::single, Op::packed};
 // The chunked ops: prefill (conv, delta rule and norm over a slot pool, §10)
@@ -188,6 +194,10 @@ Status validate(const KernelKey& key);
 
 // `kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90`
 std::string key_name(const KernelKey& key);
+// The name of the key's program (the generated source's first line): the key
+// name, with the heads field spelled `h*` for an op whose program serves every
+// head count (`kda_prefill.h*.state_f32...`).
+std::string program_name(const KernelKey& key);
 // The one key parser: a key name, or (key_from_json) the same fields as JSON.
 Result<KernelKey> parse_key(std::string_view name);
 nlohmann::json key_to_json(const KernelKey& key);

@@ -9,7 +9,8 @@
 
 namespace kdajit {
 
-// The generated translation unit: a first line `// kdajit kernel <key name>`,
+// The generated translation unit: a first line `// kdajit kernel <program name>`
+// (program_name(): the key name, heads `h*` where the program serves every head count),
 // the hole definitions (from the key and its route's row of the route table),
 // then the route's template with its local includes inlined. Self-contained: it
 // includes no CUDA toolkit header.

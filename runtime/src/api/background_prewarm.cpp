@@ -43,7 +43,7 @@ void BackgroundPrewarm::work() {
     if (!r) {
       failed_.fetch_add(1, std::memory_order_relaxed);
       log_warning("background pre-warm of {} failed: {}", key_name(key), r.error().message);
-    } else if (r->source == CacheSource::built) {
+    } else if (compiled_now(*r)) {
       compiled_.fetch_add(1, std::memory_order_relaxed);
     }
     std::lock_guard lock(mu_);

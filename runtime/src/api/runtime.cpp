@@ -230,7 +230,7 @@ Status Runtime::Impl::chunk(const kdajit_chunk_args_t& args, kdajit_stream_t str
 
 Result<bool> Runtime::Impl::prewarm(const KernelKey& key) {
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache, key, /*allow_build=*/true));
-  return found.source == CacheSource::built;
+  return compiled_now(found);
 }
 
 Status Runtime::Impl::decode(Op op, const kdajit_decode_args_t& args, kdajit_stream_t stream) {

@@ -45,7 +45,7 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   if (auto k = find(ctx, key)) return *k;  // loaded meanwhile
   const auto t0 = std::chrono::steady_clock::now();
   KDAJIT_TRY_ASSIGN(CacheLookup found, obtain(*cache_, key, allow_build));
-  if (found.source == CacheSource::built) {
+  if (compiled_now(found)) {
     // NVRTC ran in front of a launch: said once per key (the kernel stays
     // loaded), at warning level, so that a missing pre-warm is visible.
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -57,6 +57,8 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   } else if (found.source == CacheSource::disk) {
     disk_loads_.fetch_add(1, std::memory_order_relaxed);
   } else {
+    // From memory: the key's entry, or (built) one made from the cubin of a
+    // program this process holds for another key.
     memory_loads_.fetch_add(1, std::memory_order_relaxed);
   }
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());

@@ -1,5 +1,9 @@
 #include "kdajit/runtime/jit/obtain.hpp"
 
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +15,11 @@
 namespace kdajit {
 
 namespace {
+
+// The metadata fields of a build that describe its compile (the rest are the
+// key's own, or the cache's).
+constexpr const char* kCompileFields[] = {"registers", "spill_bytes", "stack_bytes", "smem_bytes",
+                                          "compile_ms", "phases",      "nvrtc_log"};
 
 // The cache's record of one compile (cubin, options, resources, log, entry name).
 CacheBuild to_cache_build(const BuildInputs& in, CompiledKernel ck) {
@@ -28,6 +37,115 @@ CacheBuild to_cache_build(const BuildInputs& in, CompiledKernel ck) {
             {"compile_ms", ck.compile_ms},
             {"phases", phases_to_json(ck.phases)},
             {"nvrtc_log", std::move(ck.log)}};
+  return b;
+}
+
+// The entry of `in.key` made from the cubin of a program compiled for another
+// key with the same build inputs (so the same hash): its compile's figures and
+// log, and the key it was compiled for.
+CacheBuild reused_cache_build(const BuildInputs& in, std::string cubin, const nlohmann::json& program_meta,
+                              const std::string& compiled_for) {
+  CacheBuild b = to_cache_build(in, CompiledKernel{});
+  b.cubin = std::move(cubin);
+  for (const char* f : kCompileFields)
+    if (auto it = program_meta.find(f); it != program_meta.end()) b.meta[f] = *it;
+  b.meta[kProgramCompiledForField] = compiled_for;
+  return b;
+}
+
+// One compile of a program and the key it ran for (null result: it failed).
+struct CompiledProgram {
+  CacheBuild build;
+  std::string compiled_for;
+};
+using ProgramFuture = std::shared_future<std::shared_ptr<const CompiledProgram>>;
+
+// The programs of this process by build hash. Keys whose generated source and
+// options are identical (the prefill op's head counts) have one hash; the first
+// to build compiles, the others make their entries from its cubin. Process-wide
+// because the cubin of a hash is the same whichever cache holds it; an entry is
+// held weakly (its cache owns it), a compile in flight until its entry exists.
+class ProgramIndex {
+ public:
+  // Where a build of `hash` takes its cubin from: a loaded entry, a compile in
+  // flight to wait for, or (`leader` set) a compile of its own that the caller
+  // then reports with finish().
+  struct Claim {
+    std::shared_ptr<const CacheEntry> entry;
+    ProgramFuture compiling;
+    std::shared_ptr<std::promise<std::shared_ptr<const CompiledProgram>>> leader;
+  };
+  Claim claim(const std::string& hash) {
+    std::lock_guard<std::mutex> g(mu_);
+    Program& p = programs_[hash];
+    if (auto e = p.entry.lock()) return {std::move(e), {}, nullptr};
+    if (p.compiling.valid()) return {nullptr, p.compiling, nullptr};
+    auto promise = std::make_shared<std::promise<std::shared_ptr<const CompiledProgram>>>();
+    p.compiling = promise->get_future().share();
+    return {nullptr, {}, std::move(promise)};
+  }
+  // A compile claimed with claim() ended (`program` null: it failed, and the
+  // next build of this hash compiles again).
+  void finish(const std::string& hash, Claim& claim, std::shared_ptr<const CompiledProgram> program) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!program) programs_[hash].compiling = {};
+    claim.leader->set_value(std::move(program));
+  }
+  // `entry` (any key) holds the program of its hash: later builds copy it, and
+  // a finished compile of that hash is no longer needed.
+  void record(const std::shared_ptr<const CacheEntry>& entry) {
+    std::lock_guard<std::mutex> g(mu_);
+    Program& p = programs_[entry->hash];
+    if (!p.entry.lock()) p.entry = entry;
+    if (p.compiling.valid() && p.compiling.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+      p.compiling = {};
+  }
+
+ private:
+  struct Program {
+    std::weak_ptr<const CacheEntry> entry;
+    ProgramFuture compiling;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Program> programs_;
+};
+
+ProgramIndex& program_index() {
+  static ProgramIndex* index = new ProgramIndex();  // never destroyed: builds may run at exit
+  return *index;
+}
+
+// The build of `in` (whose hash is `hash`): from a program of that hash this
+// process already has, else one NVRTC compile that other keys of the hash share.
+Result<CacheBuild> build_program(const BuildInputs& in, const std::string& hash) {
+  ProgramIndex::Claim claim = program_index().claim(hash);
+  if (claim.entry) {
+    // The key whose compile made the cubin: the entry's own, unless it was made from another's.
+    const nlohmann::json& meta = claim.entry->meta;
+    auto of = meta.find(kProgramCompiledForField);
+    return reused_cache_build(in, claim.entry->cubin, meta,
+                              of != meta.end() && of->is_string() ? of->get<std::string>() : claim.entry->name);
+  }
+  if (claim.compiling.valid()) {
+    if (auto done = claim.compiling.get())
+      return reused_cache_build(in, done->build.cubin, done->build.meta, done->compiled_for);
+    // That compile failed: this key's own compile reports its error.
+    KDAJIT_TRY_ASSIGN(CompiledKernel ck, compile(in));
+    return to_cache_build(in, std::move(ck));
+  }
+  Result<CompiledKernel> ck = Error(ErrorCode::internal, "");
+  try {
+    ck = compile(in);
+  } catch (...) {
+    program_index().finish(hash, claim, nullptr);  // a waiter must not wait forever
+    throw;
+  }
+  if (!ck) {
+    program_index().finish(hash, claim, nullptr);
+    return std::move(ck).error();
+  }
+  CacheBuild b = to_cache_build(in, std::move(*ck));
+  program_index().finish(hash, claim, std::make_shared<const CompiledProgram>(CompiledProgram{b, key_name(in.key)}));
   return b;
 }
 
@@ -85,12 +203,14 @@ Result<CacheLookup> obtain(KernelCache& cache, const KernelKey& key, bool allow_
   }
   if (auto api = nvrtc(); !api) return find_without_nvrtc(cache, key, api.error());
   KDAJIT_TRY_ASSIGN(BuildPlan plan, plan_build(key));
-  const BuildInputs& in = plan.inputs;
-  BuildFn build = [&in]() -> Result<CacheBuild> {
-    KDAJIT_TRY_ASSIGN(CompiledKernel ck, compile(in));
-    return to_cache_build(in, std::move(ck));
-  };
-  return cache.lookup(key, plan.hash, build, allow_build);
+  BuildFn build = [&plan]() { return build_program(plan.inputs, plan.hash); };
+  auto found = cache.lookup(key, plan.hash, build, allow_build);
+  if (found) program_index().record(found->entry);
+  return found;
+}
+
+bool compiled_now(const CacheLookup& found) {
+  return found.source == CacheSource::built && !found.entry->meta.contains(kProgramCompiledForField);
 }
 
 Result<std::shared_ptr<KernelCache>> open_kernel_cache(const std::string& root) {

@@ -91,3 +91,33 @@ TEST_CASE("prewarm_async compiles in the background, once per key, and counts", 
     REQUIRE(rt3->prewarm_async(many, 1).ok());
   }
 }
+
+// Prefill keys that differ only in the head count are one program: the runtime
+// compiles it once, and every key of it is in the cache afterwards.
+TEST_CASE("prewarm_async compiles a program that several keys share once", "[prewarm][background][program]") {
+  TempRoot root;
+  const std::string family = ".state_bf16.conv_sd.t64.gate_bounded.route_split4.sm_90";
+  const std::vector<std::string> keys = {"kda_prefill.h8" + family, "kda_prefill.h16" + family};
+  auto rt = runtime_on(root.path);
+  REQUIRE(rt->prewarm_async(keys, 2).ok());
+  rt->wait_prewarm();
+  CHECK(rt->stats().prewarm_failed == 0);
+  CHECK(rt->stats().prewarm_compiled == 1);
+  // A third head count in the same process: no compile either.
+  bool compiled = true;
+  REQUIRE(rt->prewarm("kda_prefill.h64" + family, &compiled).ok());
+  CHECK_FALSE(compiled);
+
+  // All three are on disk, an entry each: a second runtime finds them and compiles nothing.
+  size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root.path + "/sm_90"))
+    entries += e.path().filename().string().rfind("kda_prefill.h", 0) == 0;
+  CHECK(entries == 3);
+  auto second = runtime_on(root.path);
+  for (const auto& k : {keys[0], keys[1], "kda_prefill.h64" + family}) {
+    INFO(k);
+    bool again = true;
+    REQUIRE(second->prewarm(k, &again).ok());
+    CHECK_FALSE(again);
+  }
+}

@@ -161,6 +161,35 @@ TEST_CASE("a broken source gives an error value with the key, the options, the l
   CHECK(e.detail.find("kernel.cu:") != std::string::npos);  // the failing source line, numbered
 }
 
+// The prefill template serves every head count: a use of the compile-time head
+// count in it, or a KDA_HEADS define for it, stops the compile with a message
+// that says why (kda_primitives.cuh). Both fail in the front end, so they are quick.
+TEST_CASE("a head-count constant in the prefill program is a compile error", "[compile][program]") {
+  const KernelKey key{Op::prefill, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta,
+                      Arch::sm_90};
+  auto in = make_build_inputs(key);
+  REQUIRE(in.ok());
+  const BuildInputs clean = *in;
+  for (const char* use : {"kHeads", "kHidden", "kQkv"}) {
+    INFO(use);
+    BuildInputs bad = clean;
+    const std::string marker = "extern \"C\" __global__";
+    const size_t at = bad.source.find(marker);
+    REQUIRE(at != std::string::npos);
+    bad.source.insert(at, fmt::format("__device__ int kdajit_uses_heads(int j) {{ return j * kda::{}; }}\n", use));
+    auto r = compile(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::compile_failed);
+    CHECK(r.error().detail.find("head_count_is_gridDim_x_in_this_program") != std::string::npos);
+  }
+  BuildInputs defined = clean;
+  defined.source.insert(defined.source.find("#define KDA_STATE_BF16"), "#define KDA_HEADS 16\n");
+  auto r = compile(defined);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().detail.find("KDA_HEADS is defined for a template that reads the head count from the launch grid") !=
+        std::string::npos);
+}
+
 TEST_CASE("the ptxas report parser reads registers, spills, stack and smem", "[compile]") {
   const std::string log =
       "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,82 @@ TEST_CASE("obtain: compile, memory hit, disk hit, capture refusal", "[obtain]") 
   REQUIRE(disk.ok());
   CHECK(disk->source == CacheSource::disk);
   std::filesystem::remove_all(root);
+}
+
+// Keys with the same build inputs (the prefill op's head counts) are one
+// program: the second key's entry is made from the first one's cubin, and is
+// still an entry of its own key that the cache verifies.
+TEST_CASE("obtain: a key whose program this process compiled reuses the cubin", "[obtain][program]") {
+  REQUIRE(nvrtc().ok());
+  const std::string root =
+      (std::filesystem::temp_directory_path() / ("kdajit-obtain-program-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(root);
+  const KernelKey h8{Op::prefill, 8, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta, Arch::sm_90};
+  KernelKey h32 = h8;
+  h32.heads = 32;
+  auto cache = open_kernel_cache(root);
+  REQUIRE(cache.ok());
+  auto first = obtain(**cache, h8, true);
+  INFO((first ? std::string() : first.error().message));
+  REQUIRE(first.ok());
+  CHECK(first->source == CacheSource::built);
+  CHECK_FALSE(first->entry->meta.contains(kProgramCompiledForField));
+
+  auto second = obtain(**cache, h32, true);
+  REQUIRE(second.ok());
+  CHECK(second->source == CacheSource::built);
+  CHECK(second->entry->meta.value(kProgramCompiledForField, "") == key_name(h8));
+  CHECK(second->entry->cubin == first->entry->cubin);
+  CHECK(second->entry->hash == first->entry->hash);
+  CHECK(second->entry->key == h32);
+  CHECK(second->entry->meta.value("key_name", "") == key_name(h32));
+  CHECK(second->entry->meta["registers"] == first->entry->meta["registers"]);
+  CHECK(second->entry->dir != first->entry->dir);
+
+  // Both entries are on disk, verify, and load in a fresh cache as their own keys.
+  size_t verified = 0;
+  for (const CacheEntryInfo& e : (*cache)->list_entries()) {
+    INFO(e.dir);
+    auto v = (*cache)->verify_entry(e);
+    CHECK(v.ok);
+    verified += v.ok;
+  }
+  CHECK(verified == 2);
+  auto fresh = open_kernel_cache(root);
+  REQUIRE(fresh.ok());
+  auto disk = obtain(**fresh, h32, /*allow_build=*/false);
+  REQUIRE(disk.ok());
+  CHECK(disk->source == CacheSource::disk);
+  CHECK(disk->entry->key == h32);
+  std::filesystem::remove_all(root);
+}
+
+// Two caches of one process asking for one program at once: one compile, and
+// the other build takes its cubin (waiting for it when it is still in flight).
+TEST_CASE("obtain: concurrent builds of one program compile it once", "[obtain][program]") {
+  REQUIRE(nvrtc().ok());
+  const std::string base =
+      (std::filesystem::temp_directory_path() / ("kdajit-obtain-flight-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(base);
+  const KernelKey key{Op::single, 6, StateDtype::f32, ConvLayout::ds, 1, Gate::softplus, Route::rowcta, Arch::sm_90};
+  auto a = open_kernel_cache(base + "/a");
+  auto b = open_kernel_cache(base + "/b");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  Result<CacheLookup> ra = Error(ErrorCode::internal, ""), rb = Error(ErrorCode::internal, "");
+  std::thread ta([&] { ra = obtain(**a, key, true); });
+  std::thread tb([&] { rb = obtain(**b, key, true); });
+  ta.join();
+  tb.join();
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  CHECK(ra->source == CacheSource::built);
+  CHECK(rb->source == CacheSource::built);
+  const bool a_reused = ra->entry->meta.contains(kProgramCompiledForField);
+  const bool b_reused = rb->entry->meta.contains(kProgramCompiledForField);
+  CHECK(a_reused != b_reused);
+  CHECK(ra->entry->cubin == rb->entry->cubin);
+  std::filesystem::remove_all(base);
 }
 
 TEST_CASE("obtain: NVRTC candidates only count before the first load", "[obtain]") {

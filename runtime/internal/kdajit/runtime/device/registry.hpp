@@ -29,7 +29,9 @@ struct RegistryStats {
   uint64_t serving_compiles = 0;       // cache misses a call compiled (NVRTC in front of a launch)
   double serving_compile_ms = 0;       // their total wall time
   uint64_t disk_loads = 0;             // kernels loaded from a disk layer
-  uint64_t memory_loads = 0;           // kernels already in the process's cache (another context, a prewarm)
+  // Kernels already in the process's cache (another context, a prewarm, the
+  // same program held for another key).
+  uint64_t memory_loads = 0;
 };
 
 class KernelRegistry {
