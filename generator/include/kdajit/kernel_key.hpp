@@ -105,10 +105,12 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
   return out;
 }
 // Whether an op's program is compiled for one head count (KDA_HEADS, a hole of
-// the decode templates), per Op. The prefill template reads H from the launch
-// grid (x = head) instead, so its keys that differ only in heads generate the
-// same source: one program, compiled once (docs/DESIGN.md, "Compile cost").
-inline constexpr std::array<bool, 3> kOpHeadsInProgram = {true, true, false};
+// the decode templates), per Op. The chunked ops' template reads H from the
+// launch grid (x = head) instead, so their keys that differ only in heads
+// generate the same source: one program, compiled once (docs/DESIGN.md,
+// "Compile cost").
+inline constexpr std::array<bool, 4> kOpHeadsInProgram = {true, true, false, false};
+static_assert(kOpHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
 constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
 // The two decode ops (kdajit_decode_args_t), for what serves only them.
 inline constexpr std::array<Op, 2> kDecodeOps = {Op::single, Op::packed};
