@@ -48,7 +48,7 @@ class PrefillData {
  private:
   PrefillData() = default;
   kdajit_prefill_args_t args_{};
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
+  TensorBuffers buffers_;
 };
 
 }  // namespace kdajit::bench
