@@ -97,26 +97,9 @@ Status measure_prefill_cell(Bench& b, const kdajit_prefill_args_t& a, PrefillRes
         [&] { return prefill(rt, a, s); }, "prefill", 1, warm);
   };
   KDAJIT_TRY_ASSIGN(CallRun main, timed(*b.main, b.opt.warm));
-  m.key = main.t.key;
-  m.route = main.t.route;
-  m.device = main.t.device;
-  m.warm = main.warm;
-  m.first_call_ms = main.first_call_ms;
+  record_selector(m, main);
   main.graph.reset();
-  const auto serving = kdajit::route_names(Op::prefill);
-  for (const std::string& name : b.routes) {
-    RouteTiming& t = m.routes.emplace_back();
-    t.route = name;
-    if (std::find(serving.begin(), serving.end(), name) == serving.end()) {
-      not_available(t, fmt::format("route {} does not serve op prefill", name));
-    } else if (auto it = b.by_route.find(name); it != b.by_route.end()) {
-      record_timing(t, timed(*it->second, false), m.sub_failures);
-      t.route = name;
-    } else {
-      not_available(t, b.route_errors[name]);
-    }
-    if (gpu_hung()) return Error(ErrorCode::cuda, t.error);
-  }
+  KDAJIT_TRY(time_forced_routes(b, Op::prefill, m, [&](Runtime& rt) { return timed(rt, false); }));
   m.status = "ok";
   return {};
 }
