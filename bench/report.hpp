@@ -39,8 +39,8 @@ void add_call_json(nlohmann::json& j, const CallResult& m, double floor_us);
 // The forced-route table: a row per measured cell (`columns(i)`: the cell's
 // columns under `cell_header`), the selector's route, then each route's median
 // (`width` wide, `precision` digits) or its status.
-template <class Result, class Columns>
-void print_routes_table(const Bench& b, const char* cell_header, const std::vector<Result>& results,
+template <class Record, class Columns>
+void print_routes_table(const Bench& b, const char* cell_header, const std::vector<Record>& results,
                         Columns columns, int width, int precision) {
   fmt::print("\nevery route forced (device us, cold L2; n/a: not eligible)\n{} {:<12}", cell_header, "selector");
   for (const std::string& r : b.routes) fmt::print(" {:>{}}", r, width);

@@ -97,22 +97,23 @@ Result<std::unique_ptr<Data>> create_device_data(size_t need, const char* what, 
   return create();
 }
 
+// --list's "routes timed": the --routes names, or "selector only".
+std::string routes_timed_text(const std::vector<std::string>& routes);
 // The end of --list: the estimate, the count of cells whose arguments failed;
 // returns the exit code (kExitFailed when any did).
-std::string routes_timed_text(const std::vector<std::string>& routes);
 int finish_list(double estimated_seconds, size_t bad_args);
 
 // Runs a grid under the watchdog on a fresh Bench of `o` (`run` sets the rest of
 // it and returns the exit code); a hung GPU exits at once.
 int run_guarded(const Options& o, const std::function<int(Bench&)>& run);
 
-// The frame of one grid's run: `Result` (CallResult or a grid's own) per cell,
+// The frame of one grid's run: a `Record` (CellResult, PrefillResult) per cell,
 // the exit code, the status the JSON says, the deadline, and `report`, which
 // builds the JSON from the results, the status and the seconds so far.
-template <class Result>
+template <class Record>
 class GridRun {
  public:
-  using Report = std::function<nlohmann::json(const std::vector<Result>&, const std::string&, double)>;
+  using Report = std::function<nlohmann::json(const std::vector<Record>&, const std::string&, double)>;
 
   GridRun(Bench& b, size_t cells, Clock::time_point t_start, Report report)
       : results(cells),
@@ -122,7 +123,7 @@ class GridRun {
         t_start_(t_start),
         report_(std::move(report)) {}
 
-  std::vector<Result> results;
+  std::vector<Record> results;
   int rc = kExitOk;
   std::string run_status = "running";  // what a JSON written mid-run (or left by a killed run) says
   bool stopped = false;                // a failure left the CUDA context unusable
@@ -147,7 +148,7 @@ class GridRun {
     fmt::print(stderr, "kdajit_bench: setup: {}\n", st.error().message);
     rc = gpu_hung() ? kExitHung : kExitFailed;
     run_status = gpu_hung() ? "gpu_hung" : "failed";
-    for (Result& m : results) m.error = "setup failed: " + st.error().message;
+    for (Record& m : results) m.error = "setup failed: " + st.error().message;
     save();
     return false;
   }
@@ -179,7 +180,7 @@ class GridRun {
   }
 
   // The measurement of cell `name` (the `done`th) failed; true when it stopped the run.
-  bool measure_failed(Result& m, const Error& e, size_t done, const std::string& name) {
+  bool measure_failed(Record& m, const Error& e, size_t done, const std::string& name) {
     m.status = "failed";
     m.error = e.message;
     rc = gpu_hung() ? kExitHung : kExitFailed;
@@ -192,18 +193,18 @@ class GridRun {
   }
 
   // A measured cell: a failed sub-measurement fails the run.
-  void measured(const Result& m) {
+  void measured(const Record& m) {
     if (m.sub_failures > 0 && rc == kExitOk) rc = kExitFailed;
   }
 
   // After the cells: why the unmeasured ones were skipped, the time limit, the
   // final status, the tables (`print_tables`), the JSON; returns the exit code.
-  int finish(const std::function<void(const std::vector<Result>&)>& print_tables) {
-    for (Result& m : results)
+  int finish(const std::function<void(const std::vector<Record>&)>& print_tables) {
+    for (Record& m : results)
       if (m.status == "skipped" && m.error.empty())
         m.error = gpu_hung() ? "the GPU hung" : stopped ? "stopped after an earlier failure" : "time limit";
     const bool timed_out =
-        std::any_of(results.begin(), results.end(), [](const Result& m) { return m.error == "time limit"; });
+        std::any_of(results.begin(), results.end(), [](const Record& m) { return m.error == "time limit"; });
     if (timed_out && rc == kExitOk) {
       rc = kExitTimeLimit;
       run_status = "time_limit";
