@@ -142,7 +142,24 @@ kdajit_decode_args_t narrow_args(const Cell& c, const kdajit_decode_args_t& fami
 // for validation and route selection, which read no memory.
 kdajit_decode_args_t stand_in_args(const Cell& shape);
 
-class DeviceData {
+// One call's arguments and the device buffers they point at; each grid's data
+// class makes them (DeviceData here, PrefillData in prefill_data.hpp).
+template <class Args>
+class DeviceArgs {
+ public:
+  DeviceArgs(const DeviceArgs&) = delete;
+  DeviceArgs& operator=(const DeviceArgs&) = delete;
+
+  const Args& args() const { return args_; }
+  size_t bytes() const { return buffers_.bytes(); }
+
+ protected:
+  DeviceArgs() = default;
+  Args args_{};
+  TensorBuffers buffers_;
+};
+
+class DeviceData : public DeviceArgs<kdajit_decode_args_t> {
  public:
   // Device bytes the family's buffers take.
   static size_t bytes_needed(const Cell& shape);
@@ -150,16 +167,9 @@ class DeviceData {
   // packed: qsl = 0, T, 2T, ..., num_accepted random in 1..T); waits for the fill.
   static Result<std::unique_ptr<DeviceData>> create(const Cell& shape, const FillKernels& fill, cudaStream_t s,
                                                     uint64_t seed, double timeout_s);
-  DeviceData(const DeviceData&) = delete;
-  DeviceData& operator=(const DeviceData&) = delete;
-
-  const kdajit_decode_args_t& args() const { return args_; }
-  size_t bytes() const { return buffers_.bytes(); }
 
  private:
   DeviceData() = default;
-  kdajit_decode_args_t args_{};
-  TensorBuffers buffers_;
 };
 
 }  // namespace kdajit::bench
