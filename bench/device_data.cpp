@@ -41,16 +41,7 @@ extern "C" __global__ void fill_bf16(unsigned short* p, long long n, u64 seed, f
 }
 )CUDA";
 
-kdajit_tensor_t view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
-  return tensor_view(nullptr, dtype, shape, strides);  // data: set when the buffers exist
-}
-
-// The tensors a call takes, with their fill (scale, offset; 0, 0: written by the host or zeroed).
-struct TensorFill {
-  kdajit_tensor_t kdajit_decode_args_t::*field;
-  float scale, offset;
-};
-constexpr TensorFill kTensors[] = {
+constexpr TensorFill<kdajit_decode_args_t> kTensors[] = {
     {&kdajit_decode_args_t::x, 1.0f, 0.0f},
     {&kdajit_decode_args_t::conv_weight, 0.5f, 0.0f},
     {&kdajit_decode_args_t::conv_state, 1.0f, 0.0f},
@@ -82,6 +73,29 @@ size_t tensor_bytes(const kdajit_tensor_t& t) {
 
 std::string fill_source() { return kFillSource; }
 
+kdajit_tensor_t layout_view(kdajit_dtype_t dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> strides) {
+  return tensor_view(nullptr, dtype, shape, strides);
+}
+
+std::vector<int32_t> shuffled_slots(int64_t slots, size_t n, std::mt19937_64& rng) {
+  std::vector<int32_t> pool(static_cast<size_t>(slots - 1));
+  std::iota(pool.begin(), pool.end(), 1);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  pool.resize(n);
+  return pool;
+}
+
+Status TensorBuffers::allocate(kdajit_tensor_t& v) {
+  const size_t bytes = tensor_bytes(v);
+  if (bytes == 0) return {};
+  auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
+  KDAJIT_TRY(buf->allocate(bytes));
+  v.data = buf->get();
+  bytes_ += bytes;
+  return {};
+}
+
 Status FillKernels::load(const std::string& cubin) {
   KDAJIT_TRY(module_.load(cubin));
   KDAJIT_TRY_ASSIGN(f32_, module_.function("fill_f32"));
@@ -110,32 +124,17 @@ Status FillKernels::fill(const kdajit_tensor_t& t, uint64_t seed, float scale, f
 
 kdajit_decode_args_t layout_args(const Cell& c) {
   const bool packed = c.op == Op::packed;
-  const int64_t H = c.heads, hidden = H * D, qkv = 3 * hidden, T = c.tokens, K = T + 2;
-  const int64_t R = rows_of(c), N = c.count;
+  const int64_t T = c.tokens, R = rows_of(c), N = c.count;
   const int64_t S = (packed ? N * T : R) + 4;
   kdajit_decode_args_t a = default_decode_args();
-  a.x = view(KDAJIT_DTYPE_BF16, {R, qkv}, {qkv, 1});
-  a.conv_weight = view(KDAJIT_DTYPE_F32, {3, 4, hidden}, {4 * hidden, hidden, 1});
-  a.conv_state = c.conv == ConvLayout::sd ? view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, 1, qkv})
-                                          : view(KDAJIT_DTYPE_BF16, {S, qkv, K}, {qkv * K, K, 1});
-  a.raw_gate = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
-  a.raw_beta = view(KDAJIT_DTYPE_BF16, {R, H}, {H, 1});
-  a.A_log = view(KDAJIT_DTYPE_F32, {H}, {1});
-  a.dt_bias = view(KDAJIT_DTYPE_F32, {hidden}, {1});
-  a.state_indices = packed ? view(KDAJIT_DTYPE_INT32, {N, T}, {T, 1}) : view(KDAJIT_DTYPE_INT32, {R}, {1});
-  a.state = view(c_dtype(c.state), {S, H, D, D}, {H * D * D, D * D, D, 1});
-  a.output_gate = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
-  a.norm_weight = view(KDAJIT_DTYPE_F32, {D}, {1});
-  a.output = view(KDAJIT_DTYPE_BF16, {R, H, D}, {hidden, D, 1});
+  set_shared_views(a, R, c.heads, S, /*taps=*/T + 2, c.conv, c.state);
+  a.state_indices =
+      packed ? layout_view(KDAJIT_DTYPE_INT32, {N, T}, {T, 1}) : layout_view(KDAJIT_DTYPE_INT32, {R}, {1});
   if (packed) {
-    a.query_start_loc = view(KDAJIT_DTYPE_INT32, {N + 1}, {1});
-    a.num_accepted_tokens = view(KDAJIT_DTYPE_INT32, {N}, {1});
+    a.query_start_loc = layout_view(KDAJIT_DTYPE_INT32, {N + 1}, {1});
+    a.num_accepted_tokens = layout_view(KDAJIT_DTYPE_INT32, {N}, {1});
   }
-  a.gate = KDAJIT_GATE_BOUNDED;
-  a.lower_bound = -5.0f;
-  a.norm_eps = 1e-6f;
   a.state_indices_mode = KDAJIT_INDICES_UNIQUE_OR_NULL;
-  a.oob_counter = nullptr;
   return a;
 }
 
@@ -153,20 +152,12 @@ kdajit_decode_args_t narrow_args(const Cell& c, const kdajit_decode_args_t& base
 
 kdajit_decode_args_t stand_in_args(const Cell& shape) {
   kdajit_decode_args_t a = layout_args(shape);
-  uintptr_t at = uintptr_t{1} << 36;
-  for (const TensorFill& t : kTensors) {
-    kdajit_tensor_t& v = a.*t.field;
-    if (v.ndim > 0) v.data = reinterpret_cast<void*>(at);
-    at += uintptr_t{1} << 36;
-  }
+  set_stand_in_pointers<kdajit_decode_args_t>(a, kTensors);
   return a;
 }
 
 size_t DeviceData::bytes_needed(const Cell& shape) {
-  const kdajit_decode_args_t a = layout_args(shape);
-  size_t n = 0;
-  for (const TensorFill& t : kTensors) n += tensor_bytes(a.*t.field);
-  return n;
+  return tensors_bytes<kdajit_decode_args_t>(layout_args(shape), kTensors);
 }
 
 Result<std::unique_ptr<DeviceData>> DeviceData::create(const Cell& shape, const FillKernels& fill, cudaStream_t s,
@@ -174,32 +165,14 @@ Result<std::unique_ptr<DeviceData>> DeviceData::create(const Cell& shape, const 
   std::unique_ptr<DeviceData> d(new DeviceData());
   d->args_ = layout_args(shape);
   kdajit_decode_args_t& a = d->args_;
-  for (const TensorFill& t : kTensors) {
-    kdajit_tensor_t& v = a.*t.field;
-    const size_t bytes = tensor_bytes(v);
-    if (bytes == 0) continue;
-    auto& buf = d->buffers_.emplace_back(std::make_unique<DeviceBuffer>());
-    KDAJIT_TRY(buf->allocate(bytes));
-    v.data = buf->get();
-    d->bytes_ += bytes;
-  }
-  // Random values on the device, one hash stream per tensor.
-  uint64_t stream_id = 0;
-  for (const TensorFill& t : kTensors) {
-    ++stream_id;
-    const kdajit_tensor_t& v = a.*t.field;
-    if (t.scale != 0.0f) KDAJIT_TRY(fill.fill(v, seed * 1000003u + stream_id, t.scale, t.offset, s));
-  }
-  BENCH_CUDA(cudaMemsetAsync(a.output.data, 0, tensor_bytes(a.output), s));
+  KDAJIT_TRY(d->buffers_.allocate_and_fill<kdajit_decode_args_t>(a, kTensors, fill, seed, s));
 
   // Metadata on the host (small), copied once.
   const bool packed = shape.op == Op::packed;
   const int64_t S = a.state.shape[0], T = shape.tokens, N = shape.count;
   std::mt19937_64 rng(seed);
-  std::vector<int32_t> pool(static_cast<size_t>(S - 1));
-  std::iota(pool.begin(), pool.end(), 1);
-  std::shuffle(pool.begin(), pool.end(), rng);
-  pool.resize(static_cast<size_t>(elements(a.state_indices)));  // distinct live slots, one per row / checkpoint
+  // distinct live slots, one per row / checkpoint
+  const std::vector<int32_t> pool = shuffled_slots(S, static_cast<size_t>(elements(a.state_indices)), rng);
   std::vector<int32_t> qsl, accepted;
   if (packed) {
     for (int64_t n = 0; n <= N; ++n) qsl.push_back(static_cast<int32_t>(n * T));

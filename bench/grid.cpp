@@ -45,6 +45,18 @@ Result<std::vector<E>> parse_list(const char* flag, const std::vector<std::strin
 
 }  // namespace
 
+Result<SharedAxes> parse_shared_axes(const Options& o) {
+  SharedAxes axes;
+  KDAJIT_TRY_ASSIGN(axes.states, parse_list<StateDtype>("--state", o.states));
+  if (axes.states.empty())
+    for (StateDtype st : all_values<StateDtype>()) axes.states.push_back(st);
+  KDAJIT_TRY_ASSIGN(axes.convs, parse_list<ConvLayout>("--conv", o.convs));
+  for (int h : o.heads)
+    if (h < 1 || h > kMaxHeads)
+      return invalid_argument(fmt::format("--heads: expected values in 1..{}, got {}", kMaxHeads, h));
+  return axes;
+}
+
 Result<std::vector<Cell>> make_cells(const Options& o) {
   std::vector<Op> ops;
   if (o.op == "all") {
@@ -57,13 +69,9 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
     return invalid_argument(fmt::format("--op: expected one of {}, {}, all, {}, got '{}'", to_string(Op::single),
                                         to_string(Op::packed), to_string(Op::prefill), o.op));
   }
-  KDAJIT_TRY_ASSIGN(std::vector<StateDtype> states, parse_list<StateDtype>("--state", o.states));
-  if (states.empty())
-    for (StateDtype st : all_values<StateDtype>()) states.push_back(st);
-  KDAJIT_TRY_ASSIGN(std::vector<ConvLayout> convs, parse_list<ConvLayout>("--conv", o.convs));
-  for (int h : o.heads)
-    if (h < 1 || h > kMaxHeads)
-      return invalid_argument(fmt::format("--heads: expected values in 1..{}, got {}", kMaxHeads, h));
+  KDAJIT_TRY_ASSIGN(const SharedAxes axes, parse_shared_axes(o));
+  const std::vector<StateDtype>& states = axes.states;
+  const std::vector<ConvLayout>& convs = axes.convs;
   for (int r : o.rows)
     if (r < 1 || r > 4096) return invalid_argument(fmt::format("--rows: expected values in 1..4096, got {}", r));
   for (int t : o.tokens)

@@ -63,6 +63,15 @@ std::string cell_name(const Cell& c);
 // Bytes one call moves (docs/CONTRACT.md §7, every sequence L = T).
 int64_t bytes_per_call(const Cell& c);
 
+// The axes both grids read alike: --state (default every dtype), --conv (empty
+// when not given: each grid has its own default) and --heads (checked against
+// 1..kMaxHeads; empty when not given), in that order of checks.
+struct SharedAxes {
+  std::vector<StateDtype> states;
+  std::vector<ConvLayout> convs;
+};
+Result<SharedAxes> parse_shared_axes(const Options& o);
+
 // The default grid (README) or the one the flags select; duplicates removed.
 Result<std::vector<Cell>> make_cells(const Options& o);
 

@@ -45,7 +45,7 @@ Result<CallRun> run_decode(Bench& b, Runtime& rt, const Cell& c, const kdajit_de
       [&] { return decode(rt, c.op, a, s); }, "decode", calls, warm);
 }
 
-void record(RouteTiming& out, Result<CallRun> r, CellResult& m) { record_timing(out, std::move(r), m.sub_failures); }
+void record(RouteTiming& out, Result<CallRun> r, CallResult& m) { record_timing(out, std::move(r), m.sub_failures); }
 
 }  // namespace
 
@@ -92,6 +92,32 @@ void record_timing(RouteTiming& out, Result<CallRun> r, int& sub_failures) {
 void not_available(RouteTiming& out, const std::string& why) {
   out.status = "n/a";
   out.error = why;
+}
+
+void record_selector(CallResult& m, const CallRun& r) {
+  m.key = r.t.key;
+  m.route = r.t.route;
+  m.device = r.t.device;
+  m.warm = r.warm;
+  m.first_call_ms = r.first_call_ms;
+}
+
+Status time_forced_routes(Bench& b, Op op, CallResult& m, const std::function<Result<CallRun>(Runtime&)>& run) {
+  const auto serving = kdajit::route_names(op);
+  for (const std::string& name : b.routes) {
+    RouteTiming& t = m.routes.emplace_back();
+    t.route = name;
+    if (std::find(serving.begin(), serving.end(), name) == serving.end()) {
+      not_available(t, fmt::format("route {} does not serve op {}", name, to_string(op)));
+    } else if (auto it = b.by_route.find(name); it != b.by_route.end()) {
+      record(t, run(*it->second), m);
+      t.route = name;
+    } else {
+      not_available(t, b.route_errors[name]);
+    }
+    if (gpu_hung()) return Error(ErrorCode::cuda, t.error);
+  }
+  return {};
 }
 
 Status create_runtimes(Bench& b) {
@@ -148,11 +174,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
 
   // 1. kdajit, the selector's route.
   KDAJIT_TRY_ASSIGN(CallRun main, run_decode(b, *b.main, c, a, 1, b.opt.warm));
-  m.key = main.t.key;
-  m.route = main.t.route;
-  m.device = main.t.device;
-  m.warm = main.warm;
-  m.first_call_ms = main.first_call_ms;
+  record_selector(m, main);
 
   // 2. The floor, every shape on the same buffers.
   KDAJIT_TRY_ASSIGN(const FloorParams fp, floor_params(c, a));
@@ -198,20 +220,7 @@ Status measure_cell(Bench& b, const Cell& c, const kdajit_decode_args_t& a, Cell
       not_available(m.tuned, b.tuned_error);
     KDAJIT_TRY(check_hung(m.tuned));
   }
-  for (const std::string& name : b.routes) {
-    RouteTiming& t = m.routes.emplace_back();
-    t.route = name;
-    const auto serving = kdajit::route_names(c.op);
-    if (std::find(serving.begin(), serving.end(), name) == serving.end()) {
-      not_available(t, fmt::format("route {} does not serve op {}", name, to_string(c.op)));
-    } else if (auto it = b.by_route.find(name); it != b.by_route.end()) {
-      record(t, run_decode(b, *it->second, c, a, 1, false), m);
-      t.route = name;
-    } else {
-      not_available(t, b.route_errors[name]);
-    }
-    KDAJIT_TRY(check_hung(t));
-  }
+  KDAJIT_TRY(time_forced_routes(b, c.op, m, [&](Runtime& rt) { return run_decode(b, rt, c, a, 1, false); }));
   if (b.opt.pdl) {
     record(m.pdl_off, run_decode(b, *b.main, c, a, 2, false), m);
     KDAJIT_TRY(check_hung(m.pdl_off));

@@ -28,13 +28,22 @@ struct RouteTiming {
   Summary device;
 };
 
-struct CellResult {
+// What both grids record of a cell: kdajit's call through the selector and
+// each forced route.
+struct CallResult {
   std::string status = "skipped";  // ok | failed | skipped
   std::string error;
   // kdajit through the selector (RuntimeOptions::route = "").
   std::string key, route;
   Summary device, warm;
   double first_call_ms = 0;
+  // --routes all / NAME,...: each route forced.
+  std::vector<RouteTiming> routes;
+  int sub_failures = 0;  // failed (not n/a) sub-measurements
+};
+
+// A decode cell: the call, its floor, its host cost and the optional timings.
+struct CellResult : CallResult {
   // The floor: every shape tried, the fastest median wins.
   std::vector<RouteTiming> floor_shapes;  // status/error/device per shape; key = the entry name
   double floor_us = 0;
@@ -47,11 +56,8 @@ struct CellResult {
   Summary host_minus_bare;  // per round of the interleaved loop: kdajit call - bare launch
   // --tuning both: the selector with use_tuning = true.
   RouteTiming tuned;
-  // --routes all / NAME,...: each route forced.
-  std::vector<RouteTiming> routes;
   // --pdl: the same call twice in one graph, without and with PDL.
   RouteTiming pdl_off, pdl_on;
-  int sub_failures = 0;  // failed (not n/a) sub-measurements
 };
 
 struct Bench {
@@ -114,6 +120,12 @@ Result<CallRun> time_kdajit_call(Bench& b, const std::function<Outcome(std::stri
 // is n/a, anything else a failure (counted in sub_failures).
 void record_timing(RouteTiming& out, Result<CallRun> r, int& sub_failures);
 void not_available(RouteTiming& out, const std::string& why);
+// The selector's call of a cell: key, route, times, first call.
+void record_selector(CallResult& m, const CallRun& r);
+// Times each route of --routes forced (`run` on its runtime) into m.routes: n/a
+// for a route that does not serve `op` or whose runtime could not be created.
+// A hung GPU stops it.
+Status time_forced_routes(Bench& b, Op op, CallResult& m, const std::function<Result<CallRun>(Runtime&)>& run);
 Outcome decode(Runtime& rt, Op op, const kdajit_decode_args_t& a, cudaStream_t s);
 
 // Creates the runtimes the options ask for (an optional one that fails is recorded, not fatal).

@@ -33,22 +33,16 @@ struct PrefillMetadata {
 };
 PrefillMetadata prefill_metadata(const PrefillCell& c, uint64_t seed);
 
-class PrefillData {
+class PrefillData : public DeviceArgs<kdajit_prefill_args_t> {
  public:
   static size_t bytes_needed(const PrefillCell& c);
   // Allocates, fills (every float tensor random, output zeroed), copies the
   // metadata, and waits for all of it.
   static Result<std::unique_ptr<PrefillData>> create(const PrefillCell& c, const FillKernels& fill, cudaStream_t s,
                                                      uint64_t seed, double timeout_s);
-  PrefillData(const PrefillData&) = delete;
-  PrefillData& operator=(const PrefillData&) = delete;
-
-  const kdajit_prefill_args_t& args() const { return args_; }
 
  private:
   PrefillData() = default;
-  kdajit_prefill_args_t args_{};
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
 };
 
 }  // namespace kdajit::bench

@@ -90,17 +90,6 @@ int64_t whole_number(const std::string& s, int64_t lo, int64_t hi) {
   return v >= lo && v <= hi ? v : -1;
 }
 
-template <KeyEnum E>
-Result<std::vector<E>> parse_values(const char* flag, const std::vector<std::string>& spellings) {
-  std::vector<E> out;
-  for (const auto& s : spellings) {
-    auto v = parse_field<E>(s);
-    if (!v) return invalid_argument(fmt::format("{}: expected one of {}, got '{}'", flag, choices<E>(", "), s));
-    out.push_back(*v);
-  }
-  return out;
-}
-
 }  // namespace
 
 int64_t PrefillCell::tokens() const { return std::accumulate(lengths.begin(), lengths.end(), int64_t{0}); }
@@ -163,14 +152,10 @@ Result<std::vector<PrefillCell>> make_prefill_cells(const Options& o) {
     return invalid_argument("--rows: applies to the decode ops; the prefill grid takes its prompts from --shapes");
   if (!o.tokens.empty())
     return invalid_argument("--tokens: applies to the packed op; the prefill grid takes its prompts from --shapes");
-  KDAJIT_TRY_ASSIGN(std::vector<StateDtype> states, parse_values<StateDtype>("--state", o.states));
-  if (states.empty())
-    for (StateDtype st : all_values<StateDtype>()) states.push_back(st);
-  KDAJIT_TRY_ASSIGN(std::vector<ConvLayout> convs, parse_values<ConvLayout>("--conv", o.convs));
-  if (convs.empty()) convs.push_back(ConvLayout::sd);
-  for (int h : o.heads)
-    if (h < 1 || h > kMaxHeads)
-      return invalid_argument(fmt::format("--heads: expected values in 1..{}, got {}", kMaxHeads, h));
+  KDAJIT_TRY_ASSIGN(SharedAxes axes, parse_shared_axes(o));
+  const std::vector<StateDtype>& states = axes.states;
+  if (axes.convs.empty()) axes.convs.push_back(ConvLayout::sd);
+  const std::vector<ConvLayout>& convs = axes.convs;
   const std::vector<int>& heads = o.heads.empty() ? kPrefillDefaultHeads : o.heads;
   const std::vector<std::string>& shapes = o.shapes.empty() ? kPrefillDefaultShapes : o.shapes;
 

@@ -12,17 +12,9 @@
 
 namespace kdajit::bench {
 
-struct PrefillResult {
-  std::string status = "skipped";  // ok | failed | skipped
-  std::string error;
-  // kdajit through the selector (RuntimeOptions::route = "").
-  std::string key, route;
-  Summary device, warm;
-  double first_call_ms = 0;
-  // --routes all / NAME,...: each route forced.
-  std::vector<RouteTiming> routes;
-  int sub_failures = 0;  // failed (not n/a) forced routes
-};
+// A prefill cell: the call and the forced routes, nothing more (its floors
+// follow from the cell and the run's rates, prefill_floors).
+using PrefillResult = CallResult;
 
 nlohmann::json prefill_report_json(const Bench& b, const std::vector<PrefillCell>& cells,
                                    const std::vector<PrefillResult>& results, const std::string& run_status,

@@ -63,11 +63,7 @@ json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
   if (!m.error.empty()) j["error"] = m.error;
   if (m.status != "ok") return j;
   const double bytes = static_cast<double>(bytes_per_call(c));
-  j["key"] = m.key;
-  j["route"] = m.route;
-  j["device_us"] = summary_json(m.device);
-  if (m.warm.n > 0) j["warm_us"] = summary_json(m.warm);
-  j["first_call_ms"] = m.first_call_ms;
+  add_call_json(j, m, m.floor_us);
   j["floor_us"] = m.floor_us;
   j["floor_shape"] = m.floor_shape;
   json shapes = json::object();
@@ -97,11 +93,6 @@ json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
   }
   j["bare_launch"] = bare;
   if (b.opt.tuning == "both") j["tuned"] = timing_json(m.tuned, m.floor_us);
-  if (!m.routes.empty()) {
-    json r = json::object();
-    for (const RouteTiming& t : m.routes) r[t.route] = timing_json(t, m.floor_us);
-    j["routes"] = r;
-  }
   if (b.opt.pdl) {
     json p{{"two_calls", timing_json(m.pdl_off, 0)}, {"two_calls_pdl", timing_json(m.pdl_on, 0)}};
     if (m.pdl_off.status == "ok" && m.pdl_on.status == "ok")
@@ -112,6 +103,19 @@ json cell_json(const Bench& b, const Cell& c, const CellResult& m) {
 }
 
 }  // namespace
+
+void add_call_json(json& j, const CallResult& m, double floor_us) {
+  j["key"] = m.key;
+  j["route"] = m.route;
+  j["device_us"] = summary_json(m.device);
+  if (m.warm.n > 0) j["warm_us"] = summary_json(m.warm);
+  j["first_call_ms"] = m.first_call_ms;
+  if (!m.routes.empty()) {
+    json r = json::object();
+    for (const RouteTiming& t : m.routes) r[t.route] = timing_json(t, floor_us);
+    j["routes"] = r;
+  }
+}
 
 std::string host_name() {
   char buf[256] = {};
@@ -135,17 +139,12 @@ std::string first_line_of(const char* path) {
   return line;
 }
 
-json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vector<CellResult>& results,
-                 const std::string& run_status, double seconds) {
-  json cfgs = json::array();
-  for (size_t i = 0; i < cells.size(); ++i) cfgs.push_back(cell_json(b, cells[i], results[i]));
+json run_json(const Bench& b, const char* schema, const std::string& run_status, double seconds, json configs) {
   const Options& o = b.opt;
-  std::vector<std::string> shapes;
-  for (int s : b.floor_shapes) shapes.emplace_back(kFloorShapes[static_cast<size_t>(s)].name);
   json prewarm{{"keys", b.prewarm.keys}, {"failed", b.prewarm.failed}, {"seconds", b.prewarm.seconds}};
   if (!b.prewarm.errors.empty()) prewarm["errors"] = b.prewarm.errors;
   return json{
-      {"schema", "kdajit-bench-decode/2"},
+      {"schema", schema},
       {"date", utc_now()},
       {"commit", o.commit},
       {"kdajit_version", kdajit::version()},
@@ -155,14 +154,9 @@ json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vect
       {"gpu", b.gpu},
       {"settings",
        {{"iters", o.iters},
-        {"host_calls", o.host_calls},
         {"routes", o.routes},
         {"routes_timed", b.routes},
-        {"tuning", o.tuning},
-        {"pdl", o.pdl},
         {"warm", o.warm},
-        {"floor_shapes", shapes},
-        {"floor_spin_cycles", o.floor_spin_cycles},
         {"flush_bytes", b.flush.bytes()},
         {"copy_bytes", static_cast<int64_t>(o.copy_mib) << 20},
         {"copy_reps", o.copy_reps},
@@ -176,8 +170,24 @@ json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vect
       {"copy_bandwidth_gbps", b.copy_gbps},
       {"copy_us", summary_json(b.copy_us)},
       {"memset_host_us_per_call", summary_json(b.memset_host_us)},
-      {"configs", cfgs},
+      {"configs", std::move(configs)},
   };
+}
+
+json report_json(const Bench& b, const std::vector<Cell>& cells, const std::vector<CellResult>& results,
+                 const std::string& run_status, double seconds) {
+  json cfgs = json::array();
+  for (size_t i = 0; i < cells.size(); ++i) cfgs.push_back(cell_json(b, cells[i], results[i]));
+  const Options& o = b.opt;
+  std::vector<std::string> shapes;
+  for (int s : b.floor_shapes) shapes.emplace_back(kFloorShapes[static_cast<size_t>(s)].name);
+  json j = run_json(b, "kdajit-bench-decode/2", run_status, seconds, std::move(cfgs));
+  j["settings"].update({{"host_calls", o.host_calls},
+                        {"tuning", o.tuning},
+                        {"pdl", o.pdl},
+                        {"floor_shapes", shapes},
+                        {"floor_spin_cycles", o.floor_spin_cycles}});
+  return j;
 }
 
 Status write_json(const std::string& path, const json& j) {
@@ -210,6 +220,12 @@ std::string timing_cell(const RouteTiming& t, int width) {
 
 }  // namespace
 
+bool print_unmeasured(const CallResult& m) {
+  if (m.status == "ok") return false;
+  fmt::print("{}: {}\n", m.status == "failed" ? "FAILED" : "skipped", m.error.substr(0, m.error.find('\n')));
+  return true;
+}
+
 void print_tables(const Bench& b, const std::vector<Cell>& cells, const std::vector<CellResult>& results) {
   if (b.opt.tuning == "both") {
     fmt::print("\nselector with use_tuning off / on (device us, cold L2)\n{} {:>10} {:<12} {:>10} {:<12}\n",
@@ -221,18 +237,8 @@ void print_tables(const Bench& b, const std::vector<Cell>& cells, const std::vec
                  timing_cell(m.tuned, 10), m.tuned.route);
     }
   }
-  if (!b.routes.empty()) {
-    fmt::print("\nevery route forced (device us, cold L2; n/a: not eligible)\n{} {:<12}", kCellHeader, "selector");
-    for (const std::string& r : b.routes) fmt::print(" {:>12}", r);
-    fmt::print("\n");
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const CellResult& m = results[i];
-      if (m.status != "ok") continue;
-      fmt::print("{} {:<12}", cell_columns(cells[i]), m.route);
-      for (const RouteTiming& t : m.routes) fmt::print(" {}", timing_cell(t, 12));
-      fmt::print("\n");
-    }
-  }
+  if (!b.routes.empty())
+    print_routes_table(b, kCellHeader, results, [&](size_t i) { return cell_columns(cells[i]); }, 12, 2);
   if (b.opt.pdl) {
     fmt::print("\ntwo dependent calls in one graph (device us, cold L2)\n{} {:>10} {:>10} {:>10}\n", kCellHeader,
                "no pdl", "pdl", "saving");
@@ -256,10 +262,7 @@ void print_tables(const Bench& b, const std::vector<Cell>& cells, const std::vec
     const Cell& c = cells[i];
     const CellResult& m = results[i];
     fmt::print("{} ", cell_columns(c));
-    if (m.status != "ok") {  // the first line only: a compile failure carries its log (the JSON has all of it)
-      fmt::print("{}: {}\n", m.status == "failed" ? "FAILED" : "skipped", m.error.substr(0, m.error.find('\n')));
-      continue;
-    }
+    if (print_unmeasured(m)) continue;
     fmt::print("{:<12} {:>9.2f} {:>9.2f} {:>6.2f} {:<11} {:>7.2f} ", m.route, m.device.median, m.floor_us,
                ratio(m.device.median, m.floor_us), m.floor_shape, m.host.per_call.median);
     if (m.bare.status == "ok")

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compile_kernels.hpp"
@@ -85,6 +87,63 @@ Status measure_baselines(Bench& b) {
                     }));
   b.memset_host_us = memset.per_call;
   return {};
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "kdajit_bench: %s\n", msg.c_str());
+  return kExitUsage;
+}
+
+Result<BenchCubins> compile_while_prewarming(Bench& b, const std::function<Result<BenchCubins>()>& compile,
+                                             const std::function<std::vector<std::string>()>& keys) {
+  Result<BenchCubins> cubins = Error(ErrorCode::internal, "not compiled");
+  std::thread nvrtc([&] { cubins = compile(); });
+  const std::vector<std::string> to_build = keys();
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  b.prewarm = prewarm(*b.main, to_build, b.opt.jobs > 0 ? b.opt.jobs : std::max(1, hw - 1));
+  nvrtc.join();
+  fmt::print(stderr, "kdajit_bench: prewarm: {} kdajit keys in {:.1f} s ({} failed)\n", b.prewarm.keys,
+             b.prewarm.seconds, b.prewarm.failed);
+  for (const auto& e : b.prewarm.errors) fmt::print(stderr, "kdajit_bench: prewarm: {}\n", e);
+  return cubins;
+}
+
+Status set_up_run(Bench& b, int event_pairs, const std::function<Status()>& prepare) {
+  KDAJIT_TRY(describe_device(b));
+  KDAJIT_TRY(bench_driver());
+  BENCH_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  KDAJIT_TRY(b.events.create(event_pairs));
+  b.timing = TimingContext{b.stream, &b.events, &b.flush, b.opt.iters, b.opt.gpu_timeout_s, true, 0};
+  KDAJIT_TRY(create_runtimes(b));
+  KDAJIT_TRY(prepare());
+  return measure_baselines(b);
+}
+
+std::string routes_timed_text(const std::vector<std::string>& routes) {
+  return routes.empty() ? std::string("selector only") : fmt::format("{}", fmt::join(routes, ", "));
+}
+
+int finish_list(double estimated_seconds, size_t bad_args) {
+  fmt::print("estimated GPU time on an H200: {:.0f} s (plus setup: prewarm compiles, NVRTC)\n", estimated_seconds);
+  if (bad_args > 0) fmt::print("{} cells with invalid arguments\n", bad_args);
+  return bad_args > 0 ? kExitFailed : kExitOk;
+}
+
+int run_guarded(const Options& o, const std::function<int(Bench&)>& run) {
+  int rc = kExitFailed;
+  {
+    // The hard limit leaves room for the table, the JSON and a slow last wait.
+    Watchdog watchdog(o.time_limit_s + o.gpu_timeout_s + 30);
+    Bench b;
+    b.opt = o;
+    rc = run(b);
+    if (gpu_hung()) {
+      // Nothing more to wait for: a hung GPU would block teardown.
+      std::fflush(nullptr);
+      std::_Exit(rc);
+    }
+  }
+  return rc;
 }
 
 }  // namespace kdajit::bench

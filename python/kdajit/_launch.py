@@ -98,6 +98,17 @@ def _make_packer(DA=_abi.DecodeArgs, tensor_fields=_abi.TENSOR_FIELDS, scalar_fi
     return packer, T.data.size
 
 
+def _op_table(spec_name, spec, DA, tensor_fields_name, scalar_fields_name, c_name):
+    """An op's argument table `spec` ((argument, struct field, form, dtype) in
+    the struct's field order), checked against _abi's field lists: (struct field
+    -> argument name, the packer of struct `DA`, sizeof(DA))."""
+    tensor_fields = getattr(_abi, tensor_fields_name)
+    if tuple(f for _, f, _, _ in spec) != tensor_fields:
+        raise ImportError(f"kdajit: {spec_name} and _abi.{tensor_fields_name} list different fields")
+    packer, _ = _make_packer(DA, tensor_fields, getattr(_abi, scalar_fields_name), c_name)
+    return {field: name for name, field, _, _ in spec}, packer, ctypes.sizeof(DA)
+
+
 _PACKER, _PTR_BYTES = _make_packer()
 _pack = _PACKER.pack
 _ARGS_SIZE = ctypes.sizeof(_abi.DecodeArgs)  # the struct_size every packed call carries
@@ -674,13 +685,55 @@ PREFILL_ARGS = (
     ("out", "output", "rows_hd", "bf16"),
     ("query_start_loc", "query_start_loc", "flat", "int32"),
 )
-if tuple(f for _, f, _, _ in PREFILL_ARGS) != _abi.PREFILL_TENSOR_FIELDS:
-    raise ImportError("kdajit: PREFILL_ARGS and _abi.PREFILL_TENSOR_FIELDS list different fields")
-_PREFILL_FIELD_TO_ARG = {field: name for name, field, _, _ in PREFILL_ARGS}
-_PREFILL_PACKER, _ = _make_packer(_abi.PrefillArgs, _abi.PREFILL_TENSOR_FIELDS, _abi.PREFILL_SCALAR_FIELDS,
-                                  "kdajit_prefill_args_t")
-_PREFILL_SIZE = ctypes.sizeof(_abi.PrefillArgs)
+_PREFILL_FIELD_TO_ARG, _PREFILL_PACKER, _PREFILL_SIZE = _op_table(
+    "PREFILL_ARGS", PREFILL_ARGS, _abi.PrefillArgs, "PREFILL_TENSOR_FIELDS", "PREFILL_SCALAR_FIELDS",
+    "kdajit_prefill_args_t")
+_PREFILL_OPTIONAL = frozenset(("has_initial_state",))
 _cache_prefill = {}
+
+
+def _check_tensors(spec, tensors, optional=frozenset()):
+    """Names the first argument of `spec` that is not a strided torch.Tensor
+    (None passes for the `optional` names: an empty view)."""
+    for (name, _, _, want), t in zip(spec, tensors):
+        if t is None and name in optional:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+
+
+def _mapped_views(spec, tensors, cache, num_fields):
+    """(mapping, [data pointer, view chunk] per tensor) for the tensors of `spec`
+    (None: an empty view), the mapping cached in `cache` by the tensors' shapes,
+    strides, dtypes and devices."""
+    key = tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    m = cache.get(key)
+    if m is None:
+        m = _map(spec, tensors, num_fields)
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = m
+    values = []
+    for t, chunk in zip(tensors, m.chunks):
+        values += (0 if t is None else t.data_ptr(), chunk)
+    return m, values
+
+
+def _check_f32(*named_values):
+    """Each (name, value) must pack as an IEEE f32."""
+    for name, v in named_values:
+        try:
+            struct.pack("<f", v)
+        except (struct.error, TypeError, OverflowError) as e:
+            raise ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})") from None
+
+
+def _check_max_seq_len(max_seq_len):
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= _abi.INT64_MAX:
+        raise ValueError(f"max_seq_len: expected an int >= 0 (an upper bound of the longest sequence; 0: T_total), "
+                         f"got {max_seq_len!r}")
 
 
 def _gate_code(gate):
@@ -696,9 +749,7 @@ def _gate_code(gate):
 def _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter):
     """(gate code, max_seq_len, oob_counter address) after the Python-side checks."""
     code = _gate_code(gate)
-    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= _abi.INT64_MAX:
-        raise ValueError(f"max_seq_len: expected an int >= 0 (an upper bound of the longest sequence; 0: T_total), "
-                         f"got {max_seq_len!r}")
+    _check_max_seq_len(max_seq_len)
     counter = 0
     if oob_counter is not None:
         if not isinstance(oob_counter, torch.Tensor) or oob_counter.layout != torch.strided:
@@ -711,11 +762,7 @@ def _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter):
             raise ValueError(f"oob_counter: expected a tensor on {x.device} (the device of x), got "
                              f"{oob_counter.device}")
         counter = oob_counter.data_ptr()
-    for name, v in (("lower_bound", lower_bound), ("norm_eps", norm_eps)):
-        try:
-            struct.pack("<f", v)
-        except (struct.error, TypeError, OverflowError) as e:
-            raise ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})") from None
+    _check_f32(("lower_bound", lower_bound), ("norm_eps", norm_eps))
     return code, max_seq_len, counter
 
 
@@ -728,26 +775,21 @@ def prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
     library validates the rest."""
     tensors = (x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, has_initial_state,
                state, output_gate, norm_weight, out, query_start_loc)
-    for (name, _, _, want), t in zip(PREFILL_ARGS, tensors):
-        if t is None and name == "has_initial_state":
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+    _check_tensors(PREFILL_ARGS, tensors, _PREFILL_OPTIONAL)
     gate_code, max_seq_len, counter = _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter)
-    key = tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
-    m = _cache_prefill.get(key)
-    if m is None:
-        m = _map(PREFILL_ARGS, tensors, len(_abi.PREFILL_TENSOR_FIELDS))
-        if len(_cache_prefill) >= _CACHE_LIMIT:
-            _cache_prefill.clear()
-        _cache_prefill[key] = m
-    values = []
-    for t, chunk in zip(tensors, m.chunks):
-        values += (0 if t is None else t.data_ptr(), chunk)
+    m, values = _mapped_views(PREFILL_ARGS, tensors, _cache_prefill, len(_abi.PREFILL_TENSOR_FIELDS))
     args = _PREFILL_PACKER.pack(_PREFILL_SIZE, *values, gate_code, lower_bound, norm_eps, max_seq_len, counter)
     return m, args
+
+
+def _validate_op(entry_points, op, args, mapping, field_to_arg):
+    """The library's validation of an op's args bytes (the validate half of
+    _abi's `entry_points`, e.g. "prefill_entry_points"), as the op's launch runs
+    it; raises the error naming the argument."""
+    _, validate = getattr(_abi.load(), entry_points)()
+    status = validate(args)
+    if status:
+        raise _fail(status, op, mapping, field_to_arg)
 
 
 def _launch_prefill(args, mapping):
@@ -766,10 +808,7 @@ def prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
                            output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
                            max_seq_len, out, oob_counter)
     if dry:
-        _, validate = _abi.load().prefill_entry_points()
-        status = validate(args)
-        if status:
-            raise _fail(status, "fused_kda_prefill", m, _PREFILL_FIELD_TO_ARG)
+        _validate_op("prefill_entry_points", "fused_kda_prefill", args, m, _PREFILL_FIELD_TO_ARG)
         return args
     _launch_prefill(args, m)
     return None
@@ -794,13 +833,9 @@ CHUNK_ARGS = (
     ("out", "output", "bt", "bf16"),
     ("cu_seqlens", "cu_seqlens", "flat", "int32"),
 )
-if tuple(f for _, f, _, _ in CHUNK_ARGS) != _abi.CHUNK_TENSOR_FIELDS:
-    raise ImportError("kdajit: CHUNK_ARGS and _abi.CHUNK_TENSOR_FIELDS list different fields")
-_CHUNK_FIELD_TO_ARG = {field: name for name, field, _, _ in CHUNK_ARGS}
+_CHUNK_FIELD_TO_ARG, _CHUNK_PACKER, _CHUNK_SIZE = _op_table(
+    "CHUNK_ARGS", CHUNK_ARGS, _abi.ChunkArgs, "CHUNK_TENSOR_FIELDS", "CHUNK_SCALAR_FIELDS", "kdajit_chunk_args_t")
 _CHUNK_OPTIONAL = frozenset(("dt_bias", "initial_state", "final_state"))
-_CHUNK_PACKER, _ = _make_packer(_abi.ChunkArgs, _abi.CHUNK_TENSOR_FIELDS, _abi.CHUNK_SCALAR_FIELDS,
-                                "kdajit_chunk_args_t")
-_CHUNK_SIZE = ctypes.sizeof(_abi.ChunkArgs)
 _cache_chunk = {}
 
 
@@ -808,20 +843,14 @@ def _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_fi
     """The scalar fields of kdajit_chunk_args_t after the Python-side checks
     (types; the library checks the values: lower_bound < 0, scale > 0, ...)."""
     code = _gate_code(gate)
-    for name, v in (("lower_bound", lower_bound), ("scale", scale)):
-        try:
-            struct.pack("<f", v)
-        except (struct.error, TypeError, OverflowError) as e:
-            raise ValueError(f"{name}: expected a float representable as f32, got {v!r} ({e})") from None
+    _check_f32(("lower_bound", lower_bound), ("scale", scale))
     flags = []
     for name, v in (("use_qk_l2norm_in_kernel", qk_l2norm), ("use_beta_sigmoid_in_kernel", beta_sigmoid),
                     ("state_v_first", state_v_first)):
         if not isinstance(v, (bool, int)) or v not in (0, 1):
             raise ValueError(f"{name}: expected True or False, got {v!r}")
         flags.append(int(v))
-    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= _abi.INT64_MAX:
-        raise ValueError(f"max_seq_len: expected an int >= 0 (an upper bound of the longest sequence; 0: T_total), "
-                         f"got {max_seq_len!r}")
+    _check_max_seq_len(max_seq_len)
     return (code, lower_bound, scale, *flags, max_seq_len)
 
 
@@ -833,24 +862,9 @@ def chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out
     mixed devices, dtypes without a kdajit code, batch dims that do not merge,
     the scalars' Python types); the library validates the rest."""
     tensors = (q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens)
-    for (name, _, _, want), t in zip(CHUNK_ARGS, tensors):
-        if t is None and name in _CHUNK_OPTIONAL:
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name}: expected a torch.Tensor ({want}), got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise ValueError(f"{name}: expected a strided (dense) tensor ({want}), got layout {t.layout}")
+    _check_tensors(CHUNK_ARGS, tensors, _CHUNK_OPTIONAL)
     scalars = _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
-    key = tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
-    m = _cache_chunk.get(key)
-    if m is None:
-        m = _map(CHUNK_ARGS, tensors, len(_abi.CHUNK_TENSOR_FIELDS))
-        if len(_cache_chunk) >= _CACHE_LIMIT:
-            _cache_chunk.clear()
-        _cache_chunk[key] = m
-    values = []
-    for t, chunk in zip(tensors, m.chunks):
-        values += (0 if t is None else t.data_ptr(), chunk)
+    m, values = _mapped_views(CHUNK_ARGS, tensors, _cache_chunk, len(_abi.CHUNK_TENSOR_FIELDS))
     return m, _CHUNK_PACKER.pack(_CHUNK_SIZE, *values, *scalars)
 
 
@@ -871,10 +885,7 @@ def chunk_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out
     m, args = chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate,
                          lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
     if dry:
-        _, validate = _abi.load().chunk_entry_points()
-        status = validate(args)
-        if status:
-            raise _fail(status, "chunk_kda", m, _CHUNK_FIELD_TO_ARG)
+        _validate_op("chunk_entry_points", "chunk_kda", args, m, _CHUNK_FIELD_TO_ARG)
         return args
     _launch_chunk(args, m)
     return None

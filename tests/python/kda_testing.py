@@ -304,6 +304,27 @@ _reference_fn = None
 _reference_prefill_fn = None
 
 
+def fake_launch(op, reference, validate=True):
+    """For KDAJIT_TEST_FAKE_DEVICE=1: the Python launch of `op` ("prefill" or
+    "chunk") runs the library's validation of the args bytes (as the op's C
+    entry point runs it; validate=False where the library lacks the op), then
+    `reference` on the same bytes in place of the kernel; host tensors are
+    accepted."""
+    from kdajit import _launch
+    name, entry_points, field_to_arg, launcher = {
+        "prefill": ("fused_kda_prefill", "prefill_entry_points", _launch._PREFILL_FIELD_TO_ARG, "_launch_prefill"),
+        "chunk": ("chunk_kda", "chunk_entry_points", _launch._CHUNK_FIELD_TO_ARG, "_launch_chunk"),
+    }[op]
+
+    def launch(args, mapping):
+        if validate:
+            _launch._validate_op(entry_points, name, args, mapping, field_to_arg)
+        reference(args)
+
+    _launch._allow_host_tensors = True
+    setattr(_launch, launcher, launch)
+
+
 def gpu_test_device(fake, cache_prefix):
     """The device a GPU test module runs on and its kernel cache: "cpu" with the
     fake device (the module has put the reference in the launcher's place), else

@@ -22,7 +22,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _abi, _launch
+from kdajit import _abi
 
 D = 128
 FAKE = os.environ.get("KDAJIT_TEST_FAKE_DEVICE") == "1"
@@ -33,17 +33,7 @@ _HAS_CHUNK = hasattr(_lib.lib, "kdajit_chunk_v1")
 if not _HAS_CHUNK and not FAKE:
     raise unittest.SkipTest(f"{_lib.path} has no kdajit_chunk_v1 (the chunk op is not in this build)")
 if FAKE:
-
-    def _reference_chunk_launch(args, mapping):
-        if _HAS_CHUNK:
-            _, validate = _abi.load().chunk_entry_points()
-            status = validate(args)  # the library's validation, as kdajit_chunk runs it
-            if status:
-                raise _launch._fail(status, "chunk_kda", mapping, _launch._CHUNK_FIELD_TO_ARG)
-        kt.run_chunk_args_reference(args)
-
-    _launch._allow_host_tensors = True
-    _launch._launch_chunk = _reference_chunk_launch
+    kt.fake_launch("chunk", kt.run_chunk_args_reference, validate=_HAS_CHUNK)
 
 DEV, _CACHE = kt.gpu_test_device(FAKE, "kdajit-gpu-chunk-tests-")
 

@@ -16,7 +16,7 @@ import torch
 import kda_testing as kt
 
 import kdajit
-from kdajit import _abi, _launch
+from kdajit import _abi
 
 FAKE = os.environ.get("KDAJIT_TEST_FAKE_DEVICE") == "1"
 NEEDS_CUDA = "needs a CUDA device (KDAJIT_TEST_FAKE_DEVICE=1 runs only the eager tests)"
@@ -25,16 +25,7 @@ _lib = _abi.load()
 if not (hasattr(_lib.lib, "kdajit_prefill_v1") or hasattr(_lib.lib, "kdajit_prefill")):
     raise unittest.SkipTest(f"{_lib.path} has no kdajit_prefill (built without the prefill op)")
 if FAKE:
-
-    def _reference_prefill_launch(args, mapping):
-        _, validate = _abi.load().prefill_entry_points()
-        status = validate(args)  # the library's validation, as kdajit_prefill runs it
-        if status:
-            raise _launch._fail(status, "fused_kda_prefill", mapping, _launch._PREFILL_FIELD_TO_ARG)
-        kt.run_prefill_reference(args)
-
-    _launch._allow_host_tensors = True
-    _launch._launch_prefill = _reference_prefill_launch
+    kt.fake_launch("prefill", kt.run_prefill_reference)
 
 DEV, _CACHE = kt.gpu_test_device(FAKE, "kdajit-gpu-prefill-tests-")
 
