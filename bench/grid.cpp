@@ -61,13 +61,15 @@ Result<std::vector<Cell>> make_cells(const Options& o) {
   std::vector<Op> ops;
   if (o.op == "all") {
     for (Op op : kDecodeOps) ops.push_back(op);
-  } else if (auto op = parse_field<Op>(o.op); op && *op != Op::prefill) {
+  } else if (auto op = parse_field<Op>(o.op); op && !chunked(*op)) {
     ops.push_back(*op);
   } else {
     // This grid times the decode ops (their cells are rows or sequences of T
-    // tokens); --op prefill selects the prefill grid (prefill_grid.hpp).
-    return invalid_argument(fmt::format("--op: expected one of {}, {}, all, {}, got '{}'", to_string(Op::single),
-                                        to_string(Op::packed), to_string(Op::prefill), o.op));
+    // tokens); --op prefill selects the prefill grid (prefill_grid.hpp). The
+    // chunk op is timed by bench/bench_prefill.py beside FLA's chunk_kda.
+    return invalid_argument(fmt::format("--op: expected one of {}, {}, all, {}, got '{}'{}", to_string(Op::single),
+                                        to_string(Op::packed), to_string(Op::prefill), o.op,
+                                        o.op == to_string(Op::chunk) ? " (bench/bench_prefill.py times the chunk op)" : ""));
   }
   KDAJIT_TRY_ASSIGN(const SharedAxes axes, parse_shared_axes(o));
   const std::vector<StateDtype>& states = axes.states;

@@ -277,6 +277,12 @@ TEST_CASE("kdajit_bench's command line: the prefill grid's defaults and the opti
     auto cells = make_cells(o);
     REQUIRE_FALSE(cells);
     CHECK(cells.error().message == "--op: expected one of single, packed, all, prefill, got 'bogus'");
+    Options c;  // the chunk op is bench_prefill.py's
+    REQUIRE(parse({"--op", "chunk"}, c));
+    auto chunk = make_cells(c);
+    REQUIRE_FALSE(chunk);
+    CHECK(chunk.error().message ==
+          "--op: expected one of single, packed, all, prefill, got 'chunk' (bench/bench_prefill.py times the chunk op)");
   }
 }
 
