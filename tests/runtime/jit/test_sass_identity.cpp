@@ -63,9 +63,12 @@ TEST_CASE("the front-end-only options leave every route's SASS identical", "[com
     for (Op op : all_values<Op>()) {
       // The prefill op's routes once its kernel template is in the build.
       if (!r.serves(op) || template_text(r.template_file(op)).empty()) continue;
-      const int t = op == Op::single ? 1 : op == Op::prefill ? kPrefillChunk : 3;
+      // The chunk op is the prefill template with KDA_CHUNK: one route of it.
+      if (op == Op::chunk && r.route != Route::rowcta) continue;
+      const int t = op == Op::single ? 1 : chunked(op) ? kPrefillChunk : 3;
       keys.push_back({op, op == Op::single ? 64 : 8, op == Op::single ? StateDtype::f32 : StateDtype::bf16,
-                      op == Op::single ? ConvLayout::sd : ConvLayout::ds, t, Gate::bounded, r.route, Arch::sm_90});
+                      op == Op::single || op == Op::chunk ? ConvLayout::sd : ConvLayout::ds, t, Gate::bounded, r.route,
+                      Arch::sm_90});
     }
   keys.push_back({Op::packed, 64, StateDtype::f32, ConvLayout::sd, 4, Gate::softplus, Route::stream, Arch::sm_100a});
 
