@@ -9,8 +9,8 @@ One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
   a `kdajit.Runtime(route=...)` installed as the process runtime around that
   route's calls (the package reads the process runtime on every call). A cell
   whose call fails reports the error and the run goes on. The route column is
-  the selector's key's where kdajit.selected_key names one; it names none for
-  the prefill and chunk ops (the C ABI has no key query for them): '-'.
+  the selector's key's (kdajit.selected_key: kdajit_selected_prefill_key,
+  kdajit_selected_chunk_key); '-' where the package cannot say.
 - FLA bare: `chunk_kda` exactly as bench/peers/bench_fla_chunk_kda.py calls it
   (varlen, gate / beta sigmoid / q,k L2 norm in the kernels, fp32 initial
   state, final state returned), on the engine's own post-conv q, k, v. FLA
@@ -522,7 +522,7 @@ def synchronize(torch, t):
 
 def selected_key(kdajit, fn, args, kwargs):
     """The kernel key the selector picks for this call, or None when the package cannot say
-    (kdajit.selected_key serves the decode ops only: the C ABI has no key query for prefill and chunk)."""
+    (a library without the key queries, or no device to select on)."""
     try:
         return kdajit.selected_key(fn, *args, **kwargs)
     except Exception:  # noqa: BLE001 - the key is information only

@@ -326,6 +326,16 @@ class Library:
             fns.append(fn)
         return fns
 
+    def key_query(self, name, op, fn_name):
+        """kdajit_selected_prefill_key / kdajit_selected_chunk_key (`name`), bound on
+        first use: (runtime, args bytes, stream, buffer, size) -> status."""
+        fn = self.__dict__.get("_q_" + name)
+        if fn is None:
+            (fn,) = self._optional_entry_points(((name, c_int, [c_void_p, c_char_p, c_void_p, c_char_p, c_size_t]),),
+                                                op, fn_name)
+            self.__dict__["_q_" + name] = fn
+        return fn
+
     def _check_init(self, init, struct_type, c_name, read, want):
         """init (a *_init_v1) over a struct of 0x5A bytes, read back at the ctypes
         offsets: read(struct) must give want, else the layouts differ."""

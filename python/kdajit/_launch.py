@@ -782,6 +782,19 @@ def prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
     return m, args
 
 
+def _key_of(query, op_name, op, args, mapping, field_to_arg):
+    """The kernel key name the library's `query` (kdajit_selected_prefill_key or
+    kdajit_selected_chunk_key) gives for a call of these args bytes on the
+    current stream of the tensors' device (validation and route selection only)."""
+    fn = _abi.load().key_query(query, op_name, op)
+    stream = _raw_stream(mapping.device) if mapping.device >= 0 else 0
+    buf = ctypes.create_string_buffer(256)
+    status = fn(_handle(), args, stream, buf, len(buf))
+    if status:
+        raise _fail(status, op, mapping, field_to_arg)
+    return buf.value.decode()
+
+
 def _validate_op(entry_points, op, args, mapping, field_to_arg):
     """The library's validation of an op's args bytes (the validate half of
     _abi's `entry_points`, e.g. "prefill_entry_points"), as the op's launch runs
@@ -803,10 +816,13 @@ def prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
                  oob_counter, dry=False):
     """The prefill op on given tensors (out allocated by the caller). dry=True:
     validate in the C library (kdajit_validate_prefill_args) instead of
-    launching and return the kdajit_prefill_args_t bytes."""
+    launching and return the kdajit_prefill_args_t bytes; dry="key": the kernel
+    key name the call would launch."""
     m, args = prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                            output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
                            max_seq_len, out, oob_counter)
+    if dry == "key":
+        return _key_of("kdajit_selected_prefill_key", "prefill", "fused_kda_prefill", args, m, _PREFILL_FIELD_TO_ARG)
     if dry:
         _validate_op("prefill_entry_points", "fused_kda_prefill", args, m, _PREFILL_FIELD_TO_ARG)
         return args
@@ -881,9 +897,11 @@ def chunk_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out
     """The chunk op on given tensors (out, final_state and an int32 cu_seqlens
     prepared by the caller). dry=True: validate in the C library
     (kdajit_validate_chunk_args) instead of launching and return the
-    kdajit_chunk_args_t bytes."""
+    kdajit_chunk_args_t bytes; dry="key": the kernel key name the call would launch."""
     m, args = chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate,
                          lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
+    if dry == "key":
+        return _key_of("kdajit_selected_chunk_key", "chunk", "chunk_kda", args, m, _CHUNK_FIELD_TO_ARG)
     if dry:
         _validate_op("chunk_entry_points", "chunk_kda", args, m, _CHUNK_FIELD_TO_ARG)
         return args

@@ -489,11 +489,9 @@ def dry_run(op, *args, **kwargs):
 def selected_key(op, *args, **kwargs):
     """The kernel key name a call of `op` with these arguments would launch on the
     current stream (validation and route selection; nothing compiled or launched):
-    what to pre-warm for exactly this call. The decode ops only: the C ABI has
-    no key query for the prefill and chunk ops."""
-    name = getattr(op, "__name__", op)
-    if name in ("fused_kda_prefill", "chunk_kda"):
-        raise ValueError(f"op: expected fused_kda_decode or packed_fused_kda_decode (the C ABI has no key query "
-                         f"for {name})")
+    what to pre-warm for exactly this call (for the prefill and chunk ops the
+    route also depends on max_seq_len, 0: T_total)."""
+    if getattr(op, "__name__", op) == "chunk_kda":
+        return _chunk_dry(args, kwargs, "key")
     impl, a = _bound(op, args, kwargs)
     return impl(**a, dry="key")

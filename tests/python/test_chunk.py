@@ -340,11 +340,6 @@ class Errors(unittest.TestCase):
             kdajit.chunk_kda(**base())
         self.assertTrue(str(cm.exception).startswith("q: expected a CUDA tensor"), str(cm.exception))
 
-    def test_selected_key_names_the_decode_ops_only(self):
-        with self.assertRaises(ValueError) as cm:
-            kdajit.selected_key(kdajit.chunk_kda, **base())
-        self.assertIn("no key query for chunk_kda", str(cm.exception))
-
 
 @unittest.skipUnless(library_has_chunk(), "libkdajit.so has no kdajit_chunk_v1 (the chunk op is not in this build)")
 class LibraryValidation(unittest.TestCase):
@@ -375,6 +370,16 @@ class LibraryValidation(unittest.TestCase):
                 msg = str(cm.exception)
                 self.assertTrue(msg.startswith(f"{arg}:") or msg.startswith(f"{arg} ("), msg)
                 self.assertEqual(storage_bytes(kw), before)
+
+    def test_selected_key_validates_through_the_library_first(self):
+        # kdajit_selected_chunk_key validates before it asks a device for its SM count.
+        kw = base()
+        kw.update(lower_bound=0.0)
+        before = storage_bytes(kw)
+        with self.assertRaises(ValueError) as cm:
+            kdajit.selected_key(kdajit.chunk_kda, **kw)
+        self.assertTrue(str(cm.exception).startswith("lower_bound:"), str(cm.exception))
+        self.assertEqual(storage_bytes(kw), before)
 
     def test_the_init_defaults_match_the_ctypes_layout(self):
         _abi.load().chunk_entry_points()  # reads kdajit_chunk_args_init's defaults back; a mismatch raises

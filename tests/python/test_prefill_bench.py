@@ -440,7 +440,7 @@ class ChunkCheckAndMeasurement(unittest.TestCase):
                 na = tool.measure_kdajit(torch, kd, "chunk", args, kwargs, a, "split2")
         finally:
             tool.peer.time_call = real
-        # The selector's call: --iters calls on the process runtime; its route is not known (no key query).
+        # The selector's call: --iters calls on the process runtime; its route is not known here (no device to select on).
         self.assertEqual(sel, {"us": 120.0, "us_min": 90.0, "us_max": 120.0, "warmup_s": 0.5, "key": None,
                                "route": None})
         self.assertEqual(forced["us"], 110.0)  # --route-iters
