@@ -209,7 +209,9 @@ __device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, i
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
       const long long tok = c0 + ts - 3 + i;  // token index in the sequence
-      if (tok >= 0) hist[i] = xcol[(q0 + tok) * p.x_row_stride];
+      // A segment past the chunk's last row (ts >= L) writes only zeros: its
+      // history reads stay inside the sequence, at its last row.
+      if (tok >= 0) hist[i] = xcol[(q0 + (tok < c0 + L ? tok : c0 + L - 1)) * p.x_row_stride];
       else hist[i] = initial ? p.conv_state[cbase + conv_offset(p, col, static_cast<int>(tok + 3))] : 0;
     }
 #pragma unroll

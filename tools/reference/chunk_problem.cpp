@@ -242,9 +242,9 @@ ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got)
     const double limit = got.spec.state == KDAJIT_DTYPE_F32 ? 2e-3 : 8e-3;
     if (!(r.state_rel_l2 <= limit)) fail(fmt::format("final state: rel L2 {:.3e} > {:.0e}", r.state_rel_l2, limit));
   }
-  // The padding of output rows is never written.
+  // The padding of output rows is never written (the last row has none in the buffer).
   const int64_t row_bytes = got.output.view.strides[0] * 2, used = got.H * kD * 2;
-  for (int64_t row = 0; row < got.R && row_bytes > used; ++row)
+  for (int64_t row = 0; row + 1 < got.R && row_bytes > used; ++row)
     if (std::memcmp(expected.output.bytes.data() + row * row_bytes + used,
                     got.output.bytes.data() + row * row_bytes + used, static_cast<size_t>(row_bytes - used)) != 0) {
       fail(fmt::format("output: row {}'s padding was written", row));
