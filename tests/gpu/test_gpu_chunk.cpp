@@ -167,6 +167,7 @@ TEST_CASE("chunk: a sequence in two calls equals one call, every route", "[gpu][
     KDAJIT_CUDA_CHECK(cudaMalloc(&mid, state_bytes));
     KDAJIT_CUDA_CHECK(cudaMalloc(&out_b, got.output.bytes.size()));
     KDAJIT_CUDA_CHECK(cudaMemset(out_b, 0xFF, got.output.bytes.size()));
+    KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream copy and poison land before the calls
     const kdajit_tensor_t mid_view = tensor_view(mid, whole.state, {1, H, D, D}, {H * slice, slice, D, 1});
     kdajit_chunk_args_t a = dev->args(), b = dev->args();
     a.cu_seqlens = dense_tensor_view(dcu, KDAJIT_DTYPE_INT32, {2});

@@ -28,6 +28,11 @@ Result<std::unique_ptr<DeviceChunk>> DeviceChunk::upload(ChunkProblem& p) {
     (d->args_.*field).data = reinterpret_cast<void*>(ptr);
   }
   if (p.spec.in_place) d->args_.final_state = d->args_.initial_state;
+  // A copy from pageable memory may return before its DMA has landed, and the
+  // call runs on a non-blocking stream that does not order with these copies:
+  // without this wait the kernel can read stale inputs or have its outputs
+  // overwritten by the late poison (device_problem.cpp has the same wait).
+  KDAJIT_TRY(cu_check(*api, api->cuCtxSynchronize(), "upload (cuCtxSynchronize)"));
   return d;
 }
 
