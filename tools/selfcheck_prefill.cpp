@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +11,7 @@
 #include "kdajit/device_problem.hpp"
 #include "kdajit/problem.hpp"
 #include "kdajit/reference.hpp"
+#include "kdajit/rng.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit::cli {
@@ -57,8 +57,8 @@ bool slot_written(const ref::PrefillMeta& h, int64_t slot) {
 }  // namespace
 
 std::vector<int> prefill_check_lengths(uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  auto draw = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+  ref::Rng gen(seed, 0);  // the same lengths with any C++ library
+  auto draw = [&](int lo, int hi) { return lo + static_cast<int>(gen.below(hi - lo + 1)); };
   return {draw(65, 200), 0, draw(1, 63), draw(1, 300)};
 }
 

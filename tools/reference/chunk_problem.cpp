@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "kdajit/bf16.hpp"
 #include "kdajit/reference.hpp"
+#include "kdajit/rng.hpp"
 
 namespace kdajit::ref {
 
@@ -83,8 +83,8 @@ std::string ChunkSpec::name() const {
 ChunkProblem ChunkProblem::make(const ChunkSpec& s) {
   ChunkProblem p;
   p.spec = s;
-  std::mt19937_64 rng(s.seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
+  // One stream per tensor (kdajit/rng.hpp: the same values with any C++ library).
+  enum : uint64_t { kQ, kK, kV, kG, kBeta, kALog, kDtBias, kInitial };
   std::vector<int32_t> cu = s.cu;
   if (cu.empty()) {
     cu.push_back(0);
@@ -107,21 +107,23 @@ ChunkProblem ChunkProblem::make(const ChunkSpec& s) {
   std::memcpy(p.cu.bytes.data(), cu.data(), cu.size() * 4);
   // Without the L2 norm the caller's q and k carry it: unit-norm rows on average.
   const double qk_sd = s.qk_l2norm ? 1.0 : 1.0 / std::sqrt(static_cast<double>(kD));
-  fill(p.q, [&] { return qk_sd * normal(rng); });
-  fill(p.k, [&] { return qk_sd * normal(rng); });
-  fill(p.v, [&] { return normal(rng); });
-  fill(p.g, [&] { return normal(rng); });
-  std::uniform_real_distribution<double> beta_value(0.05, 0.95);
-  fill(p.beta, [&] { return s.beta_sigmoid ? normal(rng) : beta_value(rng); });
-  fill(p.A_log, [&] { return 0.5 * normal(rng); });
+  Rng rq(s.seed, kQ), rk(s.seed, kK), rv(s.seed, kV), rg(s.seed, kG), rb(s.seed, kBeta), ra(s.seed, kALog);
+  fill(p.q, [&] { return qk_sd * rq.normal(); });
+  fill(p.k, [&] { return qk_sd * rk.normal(); });
+  fill(p.v, [&] { return rv.normal(); });
+  fill(p.g, [&] { return rg.normal(); });
+  fill(p.beta, [&] { return s.beta_sigmoid ? rb.normal() : rb.uniform(0.05, 0.95); });
+  fill(p.A_log, [&] { return 0.5 * ra.normal(); });
   poison(p.output);
   if (s.dt_bias) {
     p.dt_bias = host_tensor(KDAJIT_DTYPE_F32, {hidden}, {1});
-    fill(p.dt_bias, [&] { return 0.5 * normal(rng); });
+    Rng rd(s.seed, kDtBias);
+    fill(p.dt_bias, [&] { return 0.5 * rd.normal(); });
   }
   if (s.initial) {
     p.initial = host_tensor(s.state, {N, H, kD, kD}, {H * slice + 16, slice, kD, 1});
-    fill(p.initial, [&] { return 0.3 * normal(rng); });
+    Rng ri(s.seed, kInitial);
+    fill(p.initial, [&] { return 0.3 * ri.normal(); });
   }
   if (s.final_state && !s.in_place) {
     p.final_state = host_tensor(s.state, {N, H, kD, kD}, {H * slice, slice, kD, 1});
@@ -204,16 +206,26 @@ ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got)
   };
   // Output, every element (zero rows included): rel L2 and atol 2e-2 + rtol 3e-2.
   double num = 0, den = 0;
+  int listed = 0;
   for (int64_t row = 0; row < got.R; ++row)
-    for (int64_t h = 0; h < got.H; ++h)
+    for (int64_t h = 0; h < got.H; ++h) {
+      int64_t bad = 0;
+      double ge = 0, ee = 0;
       for (int64_t i = 0; i < kD; ++i) {
         const double e = load(expected.output.view, {row, h, i}), g = load(got.output.view, {row, h, i});
         num += (g - e) * (g - e);
         den += e * e;
+        ge += g * e;
+        ee += e * e;
         if (!(std::abs(g - e) <= 2e-2 + 3e-2 * std::abs(e)) || (e == 0.0 && g != 0.0)) {
           if (r.output_bad++ == 0) fail(fmt::format("output[{}, {}, {}]: got {}, expected {}", row, h, i, g, e));
+          ++bad;
         }
       }
+      if (bad > 0 && listed++ < 6)
+        r.bad_rows += fmt::format("{}({}, {}) x{} scale {:.3g}", r.bad_rows.empty() ? "" : ", ", row, h, bad,
+                                  ee > 0 ? ge / ee : 0.0);
+    }
   r.output_rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   if (!(r.output_rel_l2 <= 1e-2)) fail(fmt::format("output: rel L2 {:.3e} > 1e-2", r.output_rel_l2));
   // The written state: live sequences within the limit, the others untouched.

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "kdajit/bf16.hpp"
 #include "kdajit/kdajit.hpp"
+#include "kdajit/rng.hpp"
 #include "view_iter.hpp"
 
 namespace kdajit::ref {
@@ -18,49 +18,6 @@ namespace kdajit::ref {
 namespace {
 
 constexpr int64_t D = kHeadDim;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// One stream per tensor (and one for the metadata), so that a tensor's values
-// depend only on the seed and its logical index, not on the other tensors' sizes.
-class Rng {
- public:
-  Rng(uint64_t seed, uint64_t stream) : gen_(splitmix64(seed ^ splitmix64(stream + 1))) {}
-  double uniform() { return static_cast<double>((gen_() >> 11) + 1) * 0x1.0p-53; }  // (0, 1]
-  // Marsaglia's polar method, written out so that values do not depend on the
-  // C++ library (no trigonometry: the state of a large problem has ~1e8 draws).
-  double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    double u, v, s;
-    do {
-      u = 2.0 * uniform() - 1.0;
-      v = 2.0 * uniform() - 1.0;
-      s = u * u + v * v;
-    } while (s >= 1.0 || s == 0.0);
-    const double f = std::sqrt(-2.0 * std::log(s) / s);
-    spare_ = v * f;
-    has_spare_ = true;
-    return u * f;
-  }
-  int64_t below(int64_t n) { return static_cast<int64_t>(gen_() % static_cast<uint64_t>(n)); }
-  template <class T>
-  void shuffle(std::vector<T>& v) {
-    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<size_t>(below(static_cast<int64_t>(i)))]);
-  }
-
- private:
-  std::mt19937_64 gen_;
-  bool has_spare_ = false;
-  double spare_ = 0.0;
-};
 
 enum Stream : uint64_t { kX, kConvWeight, kConvState, kRawGate, kRawBeta, kALog, kDtBias, kState, kOutputGate, kNormWeight, kMeta };
 
