@@ -73,6 +73,10 @@ struct ChunkReport {
   double output_rel_l2 = 0, state_rel_l2 = 0;
   int64_t output_bad = 0, state_untouched_bad = 0;
   std::string message;  // the first failure; "" when pass
+  // The first (row, head) pairs with output elements outside, each with its
+  // count and got/expected's least-squares scale over the row, e.g.
+  // "(60, 2) x40 scale 0.21": where a failure sits, and whether it is a factor.
+  std::string bad_rows;
 };
 ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got);
 
