@@ -1,0 +1,217 @@
+#include "cuda_on_cpu.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+namespace kdajit::emu {
+
+Dim3 grid_dim;
+
+namespace {
+
+struct Run {
+  ucontext_t scheduler{};
+  std::vector<Cta> ctas;
+  std::vector<Fiber> fibers;
+  const std::function<void()>* entry = nullptr;
+  Fiber* cur = nullptr;
+  // The cluster barrier: arrivals per phase (two phases can be open at once).
+  long long cluster_arrived[2] = {0, 0};
+  long long cluster_done = 0;  // phases every fiber has arrived at
+  // Arrivals and exits: a scheduler round that adds none is a deadlock.
+  long long events = 0;
+};
+Run* g_run = nullptr;
+
+// A fiber cannot unwind into the scheduler: a fault of the emulated kernel ends the test process.
+[[noreturn]] void fatal(const std::string& what) {
+  std::fprintf(stderr, "emulation: %s\n", what.c_str());
+  std::abort();
+}
+
+void fiber_main(unsigned hi, unsigned lo) {
+  Fiber* f = reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo);
+  (*g_run->entry)();
+  f->done = true;
+  ++g_run->events;
+  swapcontext(&f->ctx, &g_run->scheduler);
+}
+
+Warp& my_warp() { return current()->cta->warps[current()->tid.x >> 5]; }
+
+// Every lane of the warp arrives; returns once the last has.
+void warp_arrive_wait(Warp& w) {
+  ++g_run->events;
+  const long long gen = w.gen;
+  if (++w.count == 32) {
+    w.count = 0;
+    ++w.gen;
+  } else {
+    while (w.gen == gen) yield();
+  }
+}
+
+float tf32_value(unsigned u) { return __uint_as_float(u & 0xffffe000u); }
+
+std::map<std::string, std::pair<Entry, size_t>>& kernels() {
+  static std::map<std::string, std::pair<Entry, size_t>> k;
+  return k;
+}
+
+}  // namespace
+
+bool register_kernel(const char* key, Entry entry, size_t params_bytes) {
+  kernels()[key] = {entry, params_bytes};
+  return true;
+}
+
+Entry find_kernel(const std::string& key, size_t* params_bytes) {
+  const auto it = kernels().find(key);
+  if (it == kernels().end()) return nullptr;
+  *params_bytes = it->second.second;
+  return it->second.first;
+}
+
+void unsupported(const char* ptx) { fatal(std::string("a PTX statement the rewrite does not know: `") + ptx + "`"); }
+
+Fiber* current() { return g_run->cur; }
+
+void yield() { swapcontext(&g_run->cur->ctx, &g_run->scheduler); }
+
+unsigned char* dynamic_smem() { return current()->cta->smem.data(); }
+
+int barrier_and(int pred) {
+  Cta& c = *current()->cta;
+  ++g_run->events;
+  const long long gen = c.bar_gen;
+  c.bar_and &= pred ? 1 : 0;
+  if (++c.bar_count == static_cast<int>(g_run->fibers.size() / g_run->ctas.size())) {
+    c.bar_result = c.bar_and;
+    c.bar_and = 1;
+    c.bar_count = 0;
+    ++c.bar_gen;
+  } else {
+    while (c.bar_gen == gen) yield();
+  }
+  return c.bar_result;
+}
+
+float shfl_xor(float v, int off) {
+  Warp& w = my_warp();
+  const int lane = static_cast<int>(current()->tid.x & 31), b = static_cast<int>(w.gen & 1);
+  w.f[b][lane] = v;
+  warp_arrive_wait(w);
+  return w.f[b][lane ^ off];
+}
+
+// Fragments (lane = 4 g + q): A a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4);
+// B b0 (k q, n g), b1 (k q+4, n g); C c0 (g, 2q), c1 (g, 2q+1), c2 (g+8, 2q), c3 (g+8, 2q+1).
+void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  Warp& w = my_warp();
+  const int lane = static_cast<int>(current()->tid.x & 31), b = static_cast<int>(w.gen & 1);
+  unsigned* m = w.u[b][lane];
+  m[0] = a0, m[1] = a1, m[2] = a2, m[3] = a3, m[4] = b0, m[5] = b1;
+  warp_arrive_wait(w);
+  float A[16][8], B[8][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, q = l & 3;
+    const unsigned* s = w.u[b][l];
+    A[g][q] = tf32_value(s[0]);
+    A[g + 8][q] = tf32_value(s[1]);
+    A[g][q + 4] = tf32_value(s[2]);
+    A[g + 8][q + 4] = tf32_value(s[3]);
+    B[q][g] = tf32_value(s[4]);
+    B[q + 4][g] = tf32_value(s[5]);
+  }
+  const int g = lane >> 2, q = lane & 3;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
+  for (int e = 0; e < 4; ++e) {
+    float s = c[e];
+    for (int k = 0; k < 8; ++k) s += A[rows[e]][k] * B[k][cols[e]];
+    c[e] = s;
+  }
+}
+
+unsigned tf32_rna(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+  return u & 0xffffe000u;
+}
+
+unsigned short bf16_rn(float x) {  // cvt.rn.bf16.f32: nearest even
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<unsigned short>(u >> 16);
+}
+
+int cluster_rank() { return current()->cta->rank; }
+
+void cluster_arrive() {
+  ++g_run->events;
+  ++g_run->cluster_arrived[current()->cluster_phase++ & 1];
+}
+
+void cluster_wait() {
+  const long long phase = current()->cluster_phase - 1;  // the one this fiber arrived at last
+  const long long all = static_cast<long long>(g_run->fibers.size());
+  while (g_run->cluster_done <= phase) {
+    if (g_run->cluster_arrived[phase & 1] == all) {
+      g_run->cluster_arrived[phase & 1] = 0;
+      g_run->cluster_done = phase + 1;
+      break;
+    }
+    yield();
+  }
+}
+
+void* cluster_peer(void* local, int rank) {
+  Cta& me = *current()->cta;
+  const size_t off = static_cast<size_t>(static_cast<unsigned char*>(local) - me.smem.data());
+  if (off >= me.smem.size() || rank < 0 || rank >= static_cast<int>(g_run->ctas.size()))
+    fatal("a distributed shared-memory store outside the cluster's shared memory");
+  return g_run->ctas[static_cast<size_t>(rank)].smem.data() + off;
+}
+
+void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, int cluster, int threads,
+                 size_t smem_bytes, unsigned char poison) {
+  Run run;
+  run.entry = &entry;
+  run.ctas.resize(static_cast<size_t>(cluster));
+  for (int r = 0; r < cluster; ++r) {
+    Cta& c = run.ctas[static_cast<size_t>(r)];
+    c.block = {x, y0 + static_cast<unsigned>(r), 0};
+    c.rank = r;
+    c.smem.assign(smem_bytes, poison);
+  }
+  run.fibers.resize(static_cast<size_t>(cluster * threads));
+  g_run = &run;
+  for (size_t i = 0; i < run.fibers.size(); ++i) {
+    Fiber& f = run.fibers[i];
+    f.tid = {static_cast<unsigned>(i % static_cast<size_t>(threads)), 0, 0};
+    f.cta = &run.ctas[i / static_cast<size_t>(threads)];
+    f.stack.resize(256 << 10);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    const auto p = reinterpret_cast<uintptr_t>(&f);
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 2, static_cast<unsigned>(p >> 32),
+                static_cast<unsigned>(p & 0xffffffffu));
+  }
+  for (bool running = true; running;) {
+    running = false;
+    const long long events = run.events;
+    for (Fiber& f : run.fibers) {
+      if (f.done) continue;
+      running = true;
+      run.cur = &f;
+      swapcontext(&run.scheduler, &f.ctx);
+    }
+    if (running && run.events == events) fatal("every live thread waits and none can go on (a barrier some threads skip)");
+  }
+  g_run = nullptr;
+}
+
+}  // namespace kdajit::emu

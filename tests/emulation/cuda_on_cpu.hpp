@@ -1,0 +1,136 @@
+// The CUDA device code of the prefill template (templates/kda_prefill.cu, both
+// ops) on the CPU, for the emulation tests: every thread of a CTA is a fiber
+// (ucontext) of one host thread, scheduled until it waits, so that
+// __syncthreads, the warp shuffles, mma.sync and the cluster barrier are
+// ordinary waits. A cluster's CTAs run together, each with its own shared
+// memory, which a store to a peer rank reaches. emulate_source.py rewrites the
+// generated kernel source (kdajit show) onto the names below: each inline PTX
+// statement the template uses becomes a call here.
+//
+// What it checks: the kernel's algorithm, indexing and barriers against the
+// f64 reference with IEEE f32 arithmetic (mma products rounded to tf32 as the
+// tensor cores take them, accumulated in f32). What it cannot: timing races
+// the barriers do not order, the hardware's approximate exponentials and
+// fused multiply-adds, anything of the memory model past program order.
+#pragma once
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(threads, blocks)
+#define __grid_constant__
+#define __align__(n) alignas(n)
+#define __shared__
+
+namespace kdajit::emu {
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+struct Cta;
+struct Fiber {
+  ucontext_t ctx{};
+  Dim3 tid;
+  Cta* cta = nullptr;
+  bool done = false;
+  long long cluster_phase = 0;  // cluster barriers this fiber has arrived at
+  std::vector<char> stack;
+};
+
+struct Warp {
+  long long gen = 0;  // completed exchanges
+  int count = 0;
+  float f[2][32]{};
+  unsigned u[2][32][6]{};
+};
+
+struct Cta {
+  Dim3 block;
+  int rank = 0;
+  std::vector<unsigned char> smem;
+  long long bar_gen = 0;
+  int bar_count = 0, bar_and = 1, bar_result = 1;
+  Warp warps[16];
+};
+
+// The fiber running now.
+Fiber* current();
+// Gives the host thread back to the scheduler until the next round.
+void yield();
+
+// The grid's dimensions of the launch being emulated.
+extern Dim3 grid_dim;
+
+// Runs `entry` for the CTAs of one cluster (`cluster` CTAs at blocks
+// (x, y0 .. y0 + cluster - 1), ranks 0..cluster-1) with `threads` threads and
+// `smem_bytes` of dynamic shared memory each, filled with `poison` first.
+void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, int cluster, int threads,
+                 size_t smem_bytes, unsigned char poison);
+
+// ---- what the rewritten source calls ----
+int barrier_and(int pred);
+float shfl_xor(float v, int off);
+void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);
+unsigned tf32_rna(float x);
+unsigned short bf16_rn(float x);
+int cluster_rank();
+void cluster_arrive();
+void cluster_wait();
+// The byte of `local` (this CTA's shared memory) in the CTA of `rank`.
+void* cluster_peer(void* local, int rank);
+unsigned char* dynamic_smem();
+// A PTX statement the rewrite does not know, reached: ends the process with its text.
+[[noreturn]] void unsupported(const char* ptx);
+
+// The emulated kernels, by key name (each generated file registers its own).
+using Entry = void (*)(const void* params);
+bool register_kernel(const char* key, Entry entry, size_t params_bytes);
+// The kernel of `key`, or nullptr; `params_bytes` is its KdaParams' size.
+Entry find_kernel(const std::string& key, size_t* params_bytes);
+
+}  // namespace kdajit::emu
+
+#define threadIdx (::kdajit::emu::current()->tid)
+#define blockIdx (::kdajit::emu::current()->cta->block)
+#define gridDim (::kdajit::emu::grid_dim)
+
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline void __syncthreads() { ::kdajit::emu::barrier_and(1); }
+inline int __syncthreads_and(int p) { return ::kdajit::emu::barrier_and(p); }
+inline float __shfl_xor_sync(unsigned, float v, int off) { return ::kdajit::emu::shfl_xor(v, off); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float log1pf(float x) { return std::log1p(x); }
+inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }
+inline int atomicAdd(int* p, int v) {  // one host thread: plain
+  const int old = *p;
+  *p += v;
+  return old;
+}

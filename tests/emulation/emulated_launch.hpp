@@ -1,0 +1,37 @@
+// One call of an emulated kernel (cuda_on_cpu.hpp) as the runtime would
+// launch it: the key's launch plan for the validated call on a small GPU
+// (four SMs, so that a CTA walks more than one sequence), every cluster of the
+// grid in turn, each CTA's shared memory NaN bytes at the start.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "cuda_on_cpu.hpp"
+#include "kdajit/kernel_key.hpp"
+#include "kdajit/routes.hpp"
+#include "kdajit/runtime/call/validate.hpp"
+
+namespace kdajit::emu {
+
+inline void emulate_call(const std::string& key_name, const ValidatedCall& call) {
+  size_t params_bytes = 0;
+  const Entry entry = find_kernel(key_name, &params_bytes);
+  if (entry == nullptr) throw std::runtime_error(key_name + ": not emulated (tests/emulation/CMakeLists.txt lists the keys)");
+  if (params_bytes != sizeof(KdaParams)) throw std::runtime_error(key_name + ": its KdaParams differs from the runtime's");
+  auto key = parse_key(key_name);
+  if (!key) throw std::runtime_error(key.error().message);
+  if (!(key_for(call.shape, key->route, key->arch) == *key))
+    throw std::runtime_error(key_name + " is not the call's family on that route");
+  const LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 4});
+  const KdaParams params = call.params;
+  const std::function<void()> run = [&] { entry(&params); };
+  grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};
+  for (unsigned x = 0; x < plan.grid.x; ++x)
+    for (unsigned y = 0; y < plan.grid.y; y += plan.cluster_y)
+      run_cluster(run, x, y, static_cast<int>(plan.cluster_y), static_cast<int>(plan.threads), plan.dynamic_smem_bytes,
+                  0xFF);
+}
+
+}  // namespace kdajit::emu

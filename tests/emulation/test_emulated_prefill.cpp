@@ -1,0 +1,87 @@
+// The prefill op's kernel (templates/kda_prefill.cu, the source `kdajit show`
+// prints for the key) emulated on the CPU (cuda_on_cpu.hpp) against the f64
+// reference: the conv from the slot's taps and its write-back, the gates, the
+// chunked delta rule, the gated RMSNorm whose sums cross a split route's
+// cluster through distributed shared memory, and the state written back, on
+// every route. The call is validated and laid out by the runtime's own code
+// (validate_prefill, launch_plan); outputs, states and shared memory start
+// poisoned; the check is test_gpu_prefill's (ref::compare over the
+// reference's write plan, §10's state limits).
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "emulated_launch.hpp"
+#include "kdajit/kdajit.hpp"
+#include "kdajit/problem.hpp"
+#include "kdajit/reference.hpp"
+
+using namespace kdajit;
+using ref::Problem;
+
+namespace {
+
+void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_layout_t conv, kdajit_gate_t gate,
+               uint64_t seed) {
+  // Sequences: a new prompt of two chunks (the second of one row, no initial
+  // state), an empty one, a short one from its slot; slots 1..3 of 6.
+  const std::vector<int32_t> lengths = {65, 0, 3};
+  ref::PrefillMeta meta;
+  meta.qsl.push_back(0);
+  for (size_t n = 0; n < lengths.size(); ++n) {
+    meta.slots.push_back(static_cast<int32_t>(n + 1));
+    meta.qsl.push_back(meta.qsl.back() + lengths[n]);
+    meta.initial.push_back(n == 0 ? 0 : 1);
+  }
+  ref::ProblemSpec spec;
+  spec.op = KDAJIT_OP_SINGLE;
+  spec.heads = 2;
+  spec.state_dtype = state;
+  spec.conv = conv;
+  spec.gate = gate;
+  spec.rows = meta.qsl.back();
+  spec.null_rows = spec.rows;  // the problem's own slots play no part
+  spec.num_slots = 6;
+  spec.row_pad = 8;
+  spec.slot_pad = 8;
+  spec.seed = seed;
+  auto made = Problem::make(spec);
+  REQUIRE(made.ok());
+  Problem expected = *made, got = std::move(made).value();
+  REQUIRE(ref::prefill(ref::prefill_args(expected, meta)).ok());
+  auto plan = ref::plan_prefill_writes(ref::prefill_args(expected, meta));
+  REQUIRE(plan.ok());
+
+  kdajit_prefill_args_t a{};
+  a.struct_size = sizeof a;
+  ref::copy_shared_fields(got.args(), a);
+  const auto N = static_cast<int64_t>(lengths.size());
+  a.state_indices = dense_tensor_view(meta.slots.data(), KDAJIT_DTYPE_INT32, {N});
+  a.query_start_loc = dense_tensor_view(meta.qsl.data(), KDAJIT_DTYPE_INT32, {N + 1});
+  a.has_initial_state = dense_tensor_view(meta.initial.data(), KDAJIT_DTYPE_INT32, {N});
+  auto call = validate_prefill(a);
+  INFO(key_name << ": " << (call ? std::string() : call.error().message));
+  REQUIRE(call.ok());
+  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call));
+
+  ref::Tolerances tol;
+  tol.state_f32_rel_l2 = 2e-3;
+  tol.state_bf16_rel_l2 = 8e-3;
+  const ref::CompareReport r = ref::compare(expected, got, *plan, tol);
+  INFO(key_name << ": " << r.summary());
+  CHECK(r.pass);
+}
+
+}  // namespace
+
+TEST_CASE("emulated prefill kernel: f32 state, SD conv, bounded gate, every route", "[emulation][prefill]") {
+  for (const char* route : {"rowcta", "split2", "split4", "split8"})
+    check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90",
+              KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9800);
+}
+
+TEST_CASE("emulated prefill kernel: bf16 state, DS conv, softplus gate, rowcta and split2", "[emulation][prefill]") {
+  for (const char* route : {"rowcta", "split2"})
+    check_key(std::string("kda_prefill.h2.state_bf16.conv_ds.t64.gate_softplus.route_") + route + ".sm_90",
+              KDAJIT_DTYPE_BF16, KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9801);
+}
