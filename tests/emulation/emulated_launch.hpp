@@ -1,7 +1,9 @@
 // One call of an emulated kernel (cuda_on_cpu.hpp) as the runtime would
-// launch it: the key's launch plan for the validated call on a small GPU
-// (four SMs, so that a CTA walks more than one sequence), every cluster of the
-// grid in turn, each CTA's shared memory NaN bytes at the start.
+// launch it: the key's launch plan for the validated call, every cluster of
+// the grid in turn, each CTA's shared memory NaN bytes at the start. With
+// `max_wave`, the grid's y has at most that many clusters per head, so that a
+// CTA walks several sequences (n, n + wave, ..), as it does when N passes
+// 65535 / P.
 #pragma once
 
 #include <functional>
@@ -15,7 +17,7 @@
 
 namespace kdajit::emu {
 
-inline void emulate_call(const std::string& key_name, const ValidatedCall& call) {
+inline void emulate_call(const std::string& key_name, const ValidatedCall& call, unsigned max_wave = 0) {
   size_t params_bytes = 0;
   const Entry entry = find_kernel(key_name, &params_bytes);
   if (entry == nullptr) throw std::runtime_error(key_name + ": not emulated (tests/emulation/CMakeLists.txt lists the keys)");
@@ -24,7 +26,8 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call)
   if (!key) throw std::runtime_error(key.error().message);
   if (!(key_for(call.shape, key->route, key->arch) == *key))
     throw std::runtime_error(key_name + " is not the call's family on that route");
-  const LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 4});
+  LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 132});
+  if (max_wave > 0 && plan.grid.y > max_wave * plan.cluster_y) plan.grid.y = max_wave * plan.cluster_y;
   const KdaParams params = call.params;
   const std::function<void()> run = [&] { entry(&params); };
   grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};

@@ -19,7 +19,7 @@ using ref::ChunkSpec;
 
 namespace {
 
-void check_key(const std::string& key_name, ChunkSpec s) {
+void check_key(const std::string& key_name, ChunkSpec s, unsigned max_wave = 0) {
   const ChunkProblem input = ChunkProblem::make(s);
   ChunkProblem expected = input;
   REQUIRE(ref::chunk(expected.args).ok());
@@ -27,7 +27,7 @@ void check_key(const std::string& key_name, ChunkSpec s) {
   auto call = validate_chunk(got.args);
   INFO(key_name << ": " << (call ? std::string() : call.error().message));
   REQUIRE(call.ok());
-  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call));
+  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave));
   const ref::ChunkReport r = ref::compare_chunk(expected, got);
   INFO(key_name << ": output rel L2 " << r.output_rel_l2 << " (" << r.output_bad << " elements outside), state rel L2 "
                 << r.state_rel_l2 << "; " << r.message << (r.bad_rows.empty() ? "" : "; bad (row, head): " + r.bad_rows));
@@ -58,4 +58,17 @@ TEST_CASE("emulated chunk kernel: bf16 state in FLA's layout in place, softplus 
   s.in_place = true;
   s.seed = 9701;
   check_key("kda_chunk.h2.state_bf16.conv_sd.t64.gate_softplus.route_rowcta.sm_90", s);
+}
+
+TEST_CASE("emulated chunk kernel: malformed and empty ranges, every sequence through one CTA", "[emulation][chunk]") {
+  // [3, 70) live, [70, 60) malformed (zero rows, final state untouched),
+  // [60, 80) live over rows the malformed one names, [80, 80) empty, rows
+  // [0, 3) and [80, 84) outside every sequence; one CTA per head and rank walks all.
+  ChunkSpec s;
+  s.heads = 2;
+  s.cu = {3, 70, 60, 80, 80};
+  s.rows = 84;
+  s.seed = 9702;
+  check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90", s, 1);
+  check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_split2.sm_90", s, 1);
 }

@@ -21,18 +21,22 @@ using ref::Problem;
 
 namespace {
 
+struct Call {
+  std::vector<int32_t> lengths, slots, initial;  // per sequence
+  int num_slots = 6;
+};
+
+// The default call: a new prompt of two chunks (the second of one row, no
+// initial state), an empty one, a short one from its slot; slots 1..3 of 6.
+Call default_call() { return {{65, 0, 3}, {1, 2, 3}, {0, 1, 1}}; }
+
 void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_layout_t conv, kdajit_gate_t gate,
-               uint64_t seed) {
-  // Sequences: a new prompt of two chunks (the second of one row, no initial
-  // state), an empty one, a short one from its slot; slots 1..3 of 6.
-  const std::vector<int32_t> lengths = {65, 0, 3};
+               uint64_t seed, const Call& c = default_call(), unsigned max_wave = 0) {
   ref::PrefillMeta meta;
   meta.qsl.push_back(0);
-  for (size_t n = 0; n < lengths.size(); ++n) {
-    meta.slots.push_back(static_cast<int32_t>(n + 1));
-    meta.qsl.push_back(meta.qsl.back() + lengths[n]);
-    meta.initial.push_back(n == 0 ? 0 : 1);
-  }
+  for (int32_t len : c.lengths) meta.qsl.push_back(meta.qsl.back() + len);
+  meta.slots = c.slots;
+  meta.initial = c.initial;
   ref::ProblemSpec spec;
   spec.op = KDAJIT_OP_SINGLE;
   spec.heads = 2;
@@ -41,7 +45,7 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   spec.gate = gate;
   spec.rows = meta.qsl.back();
   spec.null_rows = spec.rows;  // the problem's own slots play no part
-  spec.num_slots = 6;
+  spec.num_slots = c.num_slots;
   spec.row_pad = 8;
   spec.slot_pad = 8;
   spec.seed = seed;
@@ -55,14 +59,14 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   kdajit_prefill_args_t a{};
   a.struct_size = sizeof a;
   ref::copy_shared_fields(got.args(), a);
-  const auto N = static_cast<int64_t>(lengths.size());
+  const auto N = static_cast<int64_t>(c.lengths.size());
   a.state_indices = dense_tensor_view(meta.slots.data(), KDAJIT_DTYPE_INT32, {N});
   a.query_start_loc = dense_tensor_view(meta.qsl.data(), KDAJIT_DTYPE_INT32, {N + 1});
   a.has_initial_state = dense_tensor_view(meta.initial.data(), KDAJIT_DTYPE_INT32, {N});
   auto call = validate_prefill(a);
   INFO(key_name << ": " << (call ? std::string() : call.error().message));
   REQUIRE(call.ok());
-  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call));
+  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave));
 
   ref::Tolerances tol;
   tol.state_f32_rel_l2 = 2e-3;
@@ -84,4 +88,14 @@ TEST_CASE("emulated prefill kernel: bf16 state, DS conv, softplus gate, rowcta a
   for (const char* route : {"rowcta", "split2"})
     check_key(std::string("kda_prefill.h2.state_bf16.conv_ds.t64.gate_softplus.route_") + route + ".sm_90",
               KDAJIT_DTYPE_BF16, KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9801);
+}
+
+TEST_CASE("emulated prefill kernel: null and out-of-range slots, every sequence through one CTA", "[emulation][prefill]") {
+  // Slot 0 (null) and 9 (past S = 6) compute nothing and write zero rows; the
+  // others run in order on one CTA per head and rank (its shared memory
+  // carries the previous sequence's values).
+  const Call c{{65, 3, 2, 70}, {1, 0, 9, 2}, {0, 1, 1, 1}};
+  for (const char* route : {"rowcta", "split2"})
+    check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90",
+              KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9802, c, 1);
 }
