@@ -1,8 +1,10 @@
 #include "cuda_on_cpu.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 
 namespace kdajit::emu {
@@ -200,10 +202,19 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, in
     makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 2, static_cast<unsigned>(p >> 32),
                 static_cast<unsigned>(p & 0xffffffffu));
   }
+  // The order the fibers run in changes every round (a fixed seed per
+  // cluster): two threads that touch one address between the same two
+  // barriers meet in either order across the rounds, so an unordered pair
+  // shows as a wrong result instead of always passing one way.
+  std::vector<size_t> order(run.fibers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937_64 shuffle(0x6b6461u ^ (static_cast<uint64_t>(x) << 32) ^ y0);
   for (bool running = true; running;) {
     running = false;
     const long long events = run.events;
-    for (Fiber& f : run.fibers) {
+    std::shuffle(order.begin(), order.end(), shuffle);
+    for (size_t i : order) {
+      Fiber& f = run.fibers[i];
       if (f.done) continue;
       running = true;
       run.cur = &f;
