@@ -72,3 +72,15 @@ TEST_CASE("emulated chunk kernel: malformed and empty ranges, every sequence thr
   check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90", s, 1);
   check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_split2.sm_90", s, 1);
 }
+
+TEST_CASE("emulated chunk kernel: a strong decay (the per-element path for A and M), rowcta and split4", "[emulation][chunk]") {
+  // lower_bound -20: half a sub-chunk decays by up to 160, past the factored
+  // pass's limit of 60, so the diagonal blocks take one exponential per element.
+  ChunkSpec s;
+  s.heads = 2;
+  s.lengths = {65, 3};
+  s.lower_bound = -20.f;
+  s.seed = 9703;
+  for (const char* route : {"rowcta", "split4"})
+    check_key(std::string("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
+}

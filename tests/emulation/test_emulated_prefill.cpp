@@ -31,7 +31,7 @@ struct Call {
 Call default_call() { return {{65, 0, 3}, {1, 2, 3}, {0, 1, 1}}; }
 
 void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_layout_t conv, kdajit_gate_t gate,
-               uint64_t seed, const Call& c = default_call(), unsigned max_wave = 0) {
+               uint64_t seed, const Call& c = default_call(), unsigned max_wave = 0, float lower_bound = 0.f) {
   ref::PrefillMeta meta;
   meta.qsl.push_back(0);
   for (int32_t len : c.lengths) meta.qsl.push_back(meta.qsl.back() + len);
@@ -51,6 +51,7 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   spec.seed = seed;
   auto made = Problem::make(spec);
   REQUIRE(made.ok());
+  if (lower_bound != 0.f) made->set_lower_bound(lower_bound);
   Problem expected = *made, got = std::move(made).value();
   REQUIRE(ref::prefill(ref::prefill_args(expected, meta)).ok());
   auto plan = ref::plan_prefill_writes(ref::prefill_args(expected, meta));
@@ -98,4 +99,10 @@ TEST_CASE("emulated prefill kernel: null and out-of-range slots, every sequence 
   for (const char* route : {"rowcta", "split2"})
     check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90",
               KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9802, c, 1);
+}
+
+TEST_CASE("emulated prefill kernel: a strong decay (the per-element path for A and M), rowcta and split2", "[emulation][prefill]") {
+  for (const char* route : {"rowcta", "split2"})
+    check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90",
+              KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9803, default_call(), 0, -20.f);
 }

@@ -144,6 +144,15 @@ TEST_CASE("chunk: one sequence of 8192 tokens, rowcta and split4", "[gpu][chunk]
   check_routes(s, {"rowcta", "split4"});
 }
 
+// Half a sub-chunk decays past the factored pass's limit: the diagonal blocks
+// of A and M take one exponential per element (docs/DESIGN.md "Prefill").
+TEST_CASE("chunk: a strong decay (the per-element path for A and M), every route", "[gpu][chunk]") {
+  ChunkSpec s;
+  s.lower_bound = -20.f;
+  s.seed = 9460;
+  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+}
+
 TEST_CASE("chunk: a sequence in two calls equals one call, every route", "[gpu][chunk]") {
   ChunkSpec whole;
   whole.lengths = {1000};

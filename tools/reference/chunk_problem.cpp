@@ -186,7 +186,7 @@ void ChunkProblem::bind() {
   }
   if (spec.in_place) args.final_state = args.initial_state;
   args.gate = spec.gate;
-  args.lower_bound = -5.f;
+  args.lower_bound = spec.lower_bound;
   args.qk_l2norm = spec.qk_l2norm;
   args.beta_sigmoid = spec.beta_sigmoid;
   args.state_v_first = spec.state_v_first;

@@ -23,6 +23,7 @@ struct ChunkSpec {
   kdajit_dtype_t g_dtype = KDAJIT_DTYPE_BF16, beta_dtype = KDAJIT_DTYPE_BF16;
   bool qk_l2norm = true, beta_sigmoid = true, state_v_first = false;
   bool initial = true, final_state = true, in_place = false, dt_bias = true;
+  float lower_bound = -5.f;  // the bounded gate's; -20 makes half a sub-chunk decay past the factored pass's limit
   std::vector<int32_t> lengths = {65, 0, 1000, 1, 64, 63};
   std::vector<int32_t> cu;  // cu_seqlens as given (malformed ranges); empty: from lengths
   int rows_after = 5;       // rows past cu[N] (zeros)
