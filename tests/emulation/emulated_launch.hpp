@@ -3,7 +3,8 @@
 // the grid in turn, each CTA's shared memory NaN bytes at the start. With
 // `max_wave`, the grid's y has at most that many clusters per head, so that a
 // CTA walks several sequences (n, n + wave, ..), as it does when N passes
-// 65535 / P.
+// 65535 / P. A prefill or chunk program (H read from the grid) runs a call of
+// any head count.
 #pragma once
 
 #include <functional>
@@ -24,6 +25,8 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
   if (params_bytes != sizeof(KdaParams)) throw std::runtime_error(key_name + ": its KdaParams differs from the runtime's");
   auto key = parse_key(key_name);
   if (!key) throw std::runtime_error(key.error().message);
+  // A program that reads H from the grid serves every head count: the call's H.
+  if (!heads_in_program(key->op)) key->heads = call.shape.family.heads;
   if (!(key_for(call.shape, key->route, key->arch) == *key))
     throw std::runtime_error(key_name + " is not the call's family on that route");
   LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 132});

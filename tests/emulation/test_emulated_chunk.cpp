@@ -84,3 +84,13 @@ TEST_CASE("emulated chunk kernel: a strong decay (the per-element path for A and
   for (const char* route : {"rowcta", "split4"})
     check_key(std::string("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
 }
+
+// test_gpu_chunk's first case (H = 16, lengths 65, 0, 1000, 1, 64, 63, seed
+// 9100) on the H2 programs, which serve every H: to replay on the CPU what a
+// GPU run of that case shows. About 8 minutes a route on one core: not in CI.
+TEST_CASE("emulated chunk kernel: test_gpu_chunk's first case, rowcta and split4", "[.][emulation][chunk][long]") {
+  ChunkSpec s;
+  s.seed = 9100;
+  for (const char* route : {"rowcta", "split4"})
+    check_key(std::string("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
+}
