@@ -21,11 +21,6 @@ namespace {
 using ref::Problem;
 using ref::Tensor;
 
-// §8's output limits; the chunked recurrence's state limits (§10: its order of
-// evaluation differs from the reference's token after token).
-constexpr double kOutputRelL2 = 1e-2, kOutputRtol = 3e-2, kOutputAtol = 2e-2;
-constexpr double kStateF32RelL2 = 2e-3, kStateBf16RelL2 = 8e-3;
-
 // Device copies of the call's int32 metadata (the tensors are a DeviceProblem's).
 class DeviceInts {
  public:
@@ -107,6 +102,7 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
   }
 
   PrefillCheck c;
+  const ref::Tolerances tol = ref::chunked_tolerances();  // §8's output limits, §10's state limits
   auto fail = [&](std::string m) {
     if (c.message.empty()) c.message = std::move(m);
   };
@@ -118,18 +114,19 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
     for (int64_t hh = 0; hh < key.heads; ++hh)
       for (int64_t i = 0; i < kHeadDim; ++i) {
         const double e = ref::load(ov, {r, hh, i}), g = ref::load(og, {r, hh, i});
-        if (!std::isfinite(g) || std::abs(g - e) > kOutputAtol + kOutputRtol * std::abs(e))
+        if (!std::isfinite(g) || std::abs(g - e) > tol.output_atol + tol.output_rtol * std::abs(e))
           fail(fmt::format("output[{}, {}, {}]: got {}, expected {}", r, hh, i, g, e));
         num += (g - e) * (g - e);
         den += e * e;
       }
   c.output_rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  if (!(c.output_rel_l2 <= kOutputRelL2)) fail(fmt::format("output: rel L2 {:.3e} > {:.0e}", c.output_rel_l2, kOutputRelL2));
+  if (!(c.output_rel_l2 <= tol.output_rel_l2))
+    fail(fmt::format("output: rel L2 {:.3e} > {:.0e}", c.output_rel_l2, tol.output_rel_l2));
 
   // State: the live sequences' slots within the rel L2 limit; every other slot byte for byte.
   const kdajit_tensor_t& sv = expected.view(Tensor::state);
   const kdajit_tensor_t& sg = got.view(Tensor::state);
-  const double state_limit = key.state == StateDtype::f32 ? kStateF32RelL2 : kStateBf16RelL2;
+  const double state_limit = key.state == StateDtype::f32 ? tol.state_f32_rel_l2 : tol.state_bf16_rel_l2;
   num = den = 0;
   for (int64_t s = 0; s < expected.num_slots(); ++s) {
     const bool live = slot_written(h, s);

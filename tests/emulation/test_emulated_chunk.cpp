@@ -19,7 +19,7 @@ using ref::ChunkSpec;
 
 namespace {
 
-void check_key(const std::string& key_name, ChunkSpec s, unsigned max_wave = 0) {
+void check_key(const std::string& key_name, const ChunkSpec& s, unsigned max_wave = 0) {
   const ChunkProblem input = ChunkProblem::make(s);
   ChunkProblem expected = input;
   REQUIRE(ref::chunk(expected.args).ok());
@@ -29,8 +29,7 @@ void check_key(const std::string& key_name, ChunkSpec s, unsigned max_wave = 0) 
   REQUIRE(call.ok());
   REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave));
   const ref::ChunkReport r = ref::compare_chunk(expected, got);
-  INFO(key_name << ": output rel L2 " << r.output_rel_l2 << " (" << r.output_bad << " elements outside), state rel L2 "
-                << r.state_rel_l2 << "; " << r.message << (r.bad_rows.empty() ? "" : "; bad (row, head): " + r.bad_rows));
+  INFO(key_name << ": " << r.summary());
   CHECK(r.pass);
 }
 

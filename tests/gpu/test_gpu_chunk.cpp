@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -42,9 +41,7 @@ std::unique_ptr<ref::DeviceChunk> upload(ChunkProblem& p) {
 
 void check(const ChunkProblem& expected, const ChunkProblem& got, const std::string& what) {
   const ref::ChunkReport r = ref::compare_chunk(expected, got);
-  INFO(what << ": output rel L2 " << r.output_rel_l2 << " (" << r.output_bad << " elements outside), state rel L2 "
-            << r.state_rel_l2 << ", untouched state elements changed " << r.state_untouched_bad << "; " << r.message
-            << (r.bad_rows.empty() ? "" : "; bad (row, head): " + r.bad_rows));
+  INFO(what << ": " << r.summary());
   CHECK(r.pass);
 }
 
@@ -234,16 +231,10 @@ TEST_CASE("chunk: the same call repeated writes the same bytes, every route", "[
         first_state = got.final_state.bytes;
         continue;
       }
-      int64_t rows_differ = 0, first_row = -1;
-      const size_t row_bytes = static_cast<size_t>(got.output.view.strides[0]) * 2;
-      for (size_t off = 0; off < first_out.size(); off += row_bytes) {
-        const size_t n = std::min(row_bytes, first_out.size() - off);
-        if (std::memcmp(first_out.data() + off, got.output.bytes.data() + off, n) != 0) {
-          if (rows_differ++ == 0) first_row = static_cast<int64_t>(off / row_bytes);
-        }
-      }
-      INFO("output rows that differ from the first call: " << rows_differ << " (the first: " << first_row << ")");
-      CHECK(rows_differ == 0);
+      const auto differ = std::mismatch(first_out.begin(), first_out.end(), got.output.bytes.begin()).first;
+      INFO("the first output row that differs from the first call's: "
+           << (differ - first_out.begin()) / (got.output.view.strides[0] * 2));
+      CHECK(differ == first_out.end());
       CHECK(got.final_state.bytes == first_state);
     }
   }

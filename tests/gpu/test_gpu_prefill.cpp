@@ -34,15 +34,6 @@ constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk
 // The prefill op's routes, by name (options.route takes the name).
 constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8"};
 
-// §8's output limits; the state limits of the chunked recurrence, whose
-// evaluation order differs from the reference's token after token.
-ref::Tolerances prefill_tolerances() {
-  ref::Tolerances t;
-  t.state_f32_rel_l2 = 2e-3;
-  t.state_bf16_rel_l2 = 8e-3;
-  return t;
-}
-
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
 std::string_view conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
 std::string_view gate_name(kdajit_gate_t g) { return g == KDAJIT_GATE_BOUNDED ? "bounded" : "softplus"; }
@@ -319,7 +310,7 @@ PrefillProblem run_and_compare(Runtime& rt, PrefillProblem& expected, PrefillPro
   REQUIRE(o.ok());
   dev.download(got);
   CHECK(oob.value() == got.oob_sequences);
-  check_report(ref::compare(expected.tensors, got.tensors, expected.plan(), prefill_tolerances()), what);
+  check_report(ref::compare(expected.tensors, got.tensors, expected.plan(), ref::chunked_tolerances()), what);
   return got;
 }
 
@@ -467,7 +458,7 @@ TEST_CASE("prefill equals the single decode op token by token", "[gpu][prefill]"
     for (std::string_view route : kPrefillRoutes) {
       const std::string what = fmt::format("prefill, route {}", route);
       PrefillProblem got = run_and_compare(runtime_for(route), expected, p, what);
-      check_report(ref::compare(stepwise.tensors, got.tensors, expected.plan(), prefill_tolerances()),
+      check_report(ref::compare(stepwise.tensors, got.tensors, expected.plan(), ref::chunked_tolerances()),
                    what + " against the token-by-token single decode");
     }
   }
@@ -513,9 +504,9 @@ TEST_CASE("a prefill split into two calls equals one call", "[gpu][prefill]") {
                 FAIL(fmt::format("second call: output row {} (below qsl[0]) is not zero", r));
           two.set_output_row(r, first.output_row(r));
         }
-        check_report(ref::compare(expected.tensors, two.tensors, expected.plan(), prefill_tolerances()),
+        check_report(ref::compare(expected.tensors, two.tensors, expected.plan(), ref::chunked_tolerances()),
                      what + ": two calls against the reference");
-        check_report(ref::compare(one.tensors, two.tensors, expected.plan(), prefill_tolerances()),
+        check_report(ref::compare(one.tensors, two.tensors, expected.plan(), ref::chunked_tolerances()),
                      what + ": two calls against one call");
       }
     }

@@ -78,6 +78,9 @@ struct ChunkReport {
   // count and got/expected's least-squares scale over the row, e.g.
   // "(60, 2) x40 scale 0.21": where a failure sits, and whether it is a factor.
   std::string bad_rows;
+
+  // One line: the figures, the first failure and the bad rows.
+  std::string summary() const;
 };
 ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got);
 

@@ -172,6 +172,15 @@ struct Tolerances {
   double state_bf16_rel_l2 = 6e-3;
   double state_change_rel_l2 = 1e-2;
 };
+// The chunked ops' limits (docs/CONTRACT.md §10, §11): §8's output limits, and
+// the state's looser, since the chunked recurrence evaluates in another order
+// than the reference's token after token.
+inline Tolerances chunked_tolerances() {
+  Tolerances t;
+  t.state_f32_rel_l2 = 2e-3;
+  t.state_bf16_rel_l2 = 8e-3;
+  return t;
+}
 
 struct CompareReport {
   bool pass = true;
