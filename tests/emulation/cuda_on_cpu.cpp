@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -26,6 +27,15 @@ struct Run {
   long long events = 0;
 };
 Run* g_run = nullptr;
+
+// Fiber stacks, kept from one cluster to the next and never zeroed: a page is
+// touched only where a fiber's frames reach.
+constexpr size_t kStackBytes = 256 << 10;
+std::vector<std::unique_ptr<char[]>>& stack_pool(size_t n) {
+  static std::vector<std::unique_ptr<char[]>> pool;
+  while (pool.size() < n) pool.emplace_back(new char[kStackBytes]);
+  return pool;
+}
 
 // A fiber cannot unwind into the scheduler: a fault of the emulated kernel ends the test process.
 [[noreturn]] void fatal(const std::string& what) {
@@ -189,15 +199,15 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, in
     c.smem.assign(smem_bytes, poison);
   }
   run.fibers.resize(static_cast<size_t>(cluster * threads));
+  auto& stacks = stack_pool(run.fibers.size());
   g_run = &run;
   for (size_t i = 0; i < run.fibers.size(); ++i) {
     Fiber& f = run.fibers[i];
     f.tid = {static_cast<unsigned>(i % static_cast<size_t>(threads)), 0, 0};
     f.cta = &run.ctas[i / static_cast<size_t>(threads)];
-    f.stack.resize(256 << 10);
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_stack.ss_sp = stacks[i].get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
     const auto p = reinterpret_cast<uintptr_t>(&f);
     makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 2, static_cast<unsigned>(p >> 32),
                 static_cast<unsigned>(p & 0xffffffffu));

@@ -44,7 +44,6 @@ struct Fiber {
   Cta* cta = nullptr;
   bool done = false;
   long long cluster_phase = 0;  // cluster barriers this fiber has arrived at
-  std::vector<char> stack;
 };
 
 struct Warp {
