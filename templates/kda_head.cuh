@@ -362,12 +362,12 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
     const int c = tid + r * kThreads;
     if (c < kChans) {
       const int hc = head_channel(c, v0);
-      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;  // j*hidden + h*D + d
+      const int chan = (hc / kD) * hidden(p) + h * kD + hc % kD;  // j*hidden + h*D + d
 #pragma unroll
-      for (int w = 0; w < 3; ++w) taps[r][w] = p.conv_state[cbase + conv_tap_offset(chan, tap0 + w)];
+      for (int w = 0; w < 3; ++w) taps[r][w] = p.conv_state[cbase + conv_tap_offset(p, chan, tap0 + w)];
 #pragma unroll
       for (int w = 0; w < kW; ++w)  // weight [j][w][h*D + d] at (j*W + w)*hidden + h*D + d
-        wts[r][w] = p.conv_weight[((hc / kD) * kW + w) * kHidden + h * kD + hc % kD];
+        wts[r][w] = p.conv_weight[((hc / kD) * kW + w) * hidden(p) + h * kD + hc % kD];
     }
   }
   // T <= 4: the per-token inputs into registers, then the state slice, then
@@ -390,7 +390,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
       const int item = tid + r * kThreads;
       const long long row = row0 + min(item / kChans, L - 1);
       const int hc = head_channel(item % kChans, v0);
-      xin[r] = load_u16_in_order(&p.x[row * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD]);
+      xin[r] = load_u16_in_order(&p.x[row * p.x_row_stride + (hc / kD) * hidden(p) + h * kD + hc % kD]);
     }
     // kThreads is a multiple of kD, so this thread always stages the same k.
     const int gk = tid % kD;
@@ -426,7 +426,7 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
       const int item = tid + r * kThreads;
       const int t = item / kChans;
       const int hc = head_channel(item % kChans, v0);
-      if (t < L) sm.m[t][hc] = p.x[(row0 + t) * p.x_row_stride + (hc / kD) * kHidden + h * kD + hc % kD];
+      if (t < L) sm.m[t][hc] = p.x[(row0 + t) * p.x_row_stride + (hc / kD) * hidden(p) + h * kD + hc % kD];
     }
     {
       // kThreads is a multiple of kD, so this thread always stages the same k.
@@ -456,21 +456,21 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
     last_x[r] = 0;
     if (c < kChans) {
       const int hc = head_channel(c, v0);
-      const int chan = (hc / kD) * kHidden + h * kD + hc % kD;
+      const int chan = (hc / kD) * hidden(p) + h * kD + hc % kD;
       unsigned short* cs = p.conv_state + cbase;
       // The new window is written back as positions 0..L+1 = (tap0+1, tap0+2,
       // x_0 .. x_{L-1}); positions above stay untouched. Every tap was read in
       // A0, before any write.
       if constexpr (kSplit == 1) {
-        cs[conv_tap_offset(chan, 0)] = taps[r][1];
-        cs[conv_tap_offset(chan, 1)] = taps[r][2];
+        cs[conv_tap_offset(p, chan, 0)] = taps[r][1];
+        cs[conv_tap_offset(p, chan, 1)] = taps[r][2];
       }
       conv_silu(
           wts[r], bf16_to_f32(taps[r][0]), bf16_to_f32(taps[r][1]), bf16_to_f32(taps[r][2]), L,
           [&](int t) { return sm.m[t][hc]; },
           [&](int t, unsigned short xb, unsigned short m) {
             sm.m[t][hc] = m;
-            if constexpr (kSplit == 1) cs[conv_tap_offset(chan, t + 2)] = xb;
+            if constexpr (kSplit == 1) cs[conv_tap_offset(p, chan, t + 2)] = xb;
             last_x[r] = xb;
           });
     }
@@ -523,14 +523,14 @@ __device__ __forceinline__ void kda_decode_head(const KdaParams& p, Smem<TT>& sm
       const int c = tid + r * kThreads;
       if (c < kChans && (c >= 2 * kD || c / kQkPerRank == rank)) {
         const int hc = head_channel(c, v0);
-        const int chan = (hc / kD) * kHidden + h * kD + hc % kD;
+        const int chan = (hc / kD) * hidden(p) + h * kD + hc % kD;
         unsigned short* cs = p.conv_state + cbase;
         // Positions 0..L+1 = (tap0+1, tap0+2, x_0 .. x_{L-1}); A1 overwrote
         // the staged x with m, so x_0 .. x_{L-2} are read again (L2 hits).
-        cs[conv_tap_offset(chan, 0)] = taps[r][1];
-        cs[conv_tap_offset(chan, 1)] = taps[r][2];
-        for (int t = 0; t + 1 < L; ++t) cs[conv_tap_offset(chan, t + 2)] = p.x[(row0 + t) * p.x_row_stride + chan];
-        cs[conv_tap_offset(chan, L + 1)] = last_x[r];
+        cs[conv_tap_offset(p, chan, 0)] = taps[r][1];
+        cs[conv_tap_offset(p, chan, 1)] = taps[r][2];
+        for (int t = 0; t + 1 < L; ++t) cs[conv_tap_offset(p, chan, t + 2)] = p.x[(row0 + t) * p.x_row_stride + chan];
+        cs[conv_tap_offset(p, chan, L + 1)] = last_x[r];
       }
     }
     constexpr int kPerLane = kVRows / 32;

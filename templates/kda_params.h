@@ -67,6 +67,10 @@ struct KdaParams {
   kda_i64 state_k_stride;           // elements between key columns: 1 or D
   float scale;                      // q's scale
   kda_i32 chunk_flags;              // KDA_CHUNK_* bits
+
+  // H, read by the programs whose launch grid is not per head (the decode
+  // ops' route stream); the decode and prefill ops set it.
+  kda_i32 heads;
 };
 
 // chunk_flags of the chunk op.

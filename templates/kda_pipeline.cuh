@@ -96,19 +96,19 @@ __device__ __forceinline__ InputRun input_run(const KdaParams& p, StagedInputs& 
   if (r < 5 * L) {
     const int t = r / 5, k = r % 5;
     const long long row = row0 + t;
-    if (k < 3) return {&in.x[t][k * kD], p.x + row * p.x_row_stride + k * kHidden + h * kD, 2 * kD};
+    if (k < 3) return {&in.x[t][k * kD], p.x + row * p.x_row_stride + k * hidden(p) + h * kD, 2 * kD};
     if (k == 3) return {in.gate[t], p.raw_gate + row * p.gate_row_stride + h * kD, 2 * kD};
     return {in.ogate[t], p.output_gate + row * p.ogate_row_stride + h * kD, 2 * kD};
   }
   r -= 5 * L;
-  if (r < 3 * kW) return {in.weight[r / kW][r % kW], p.conv_weight + r * kHidden + h * kD, 4 * kD};
+  if (r < 3 * kW) return {in.weight[r / kW][r % kW], p.conv_weight + r * hidden(p) + h * kD, 4 * kD};
   if (r == 3 * kW) return {in.bias, p.dt_bias + h * kD, 4 * kD};
   r -= 3 * kW + 1;
   const unsigned short* hist = p.conv_state + static_cast<long long>(cs) * p.conv_slot_stride;
   if constexpr (KDA_CONV_DS)  // channels h*D .. h*D+127 of part r hold all their taps contiguously
-    return {&in.hist[r * kD * kTaps], hist + conv_tap_offset(r * kHidden + h * kD, 0), 2 * kD * kTaps};
+    return {&in.hist[r * kD * kTaps], hist + conv_tap_offset(p, r * hidden(p) + h * kD, 0), 2 * kD * kTaps};
   else
-    return {&in.hist[r * kD], hist + conv_tap_offset((r / 3) * kHidden + h * kD, tap0 + r % 3), 2 * kD};
+    return {&in.hist[r * kD], hist + conv_tap_offset(p, (r / 3) * hidden(p) + h * kD, tap0 + r % 3), 2 * kD};
 }
 
 // One warp copies a run with cp.async, in the widest unit src's alignment
@@ -138,9 +138,9 @@ __device__ __forceinline__ void warp_copy_run(const InputRun& u, int lane) {
 __device__ __forceinline__ bool beta_half(const unsigned short* b) {
   return (reinterpret_cast<unsigned long long>(b) & 3u) != 0;
 }
-__device__ __forceinline__ void stage_beta(unsigned* dst, const unsigned short* b, int h) {
+__device__ __forceinline__ void stage_beta(const KdaParams& p, unsigned* dst, const unsigned short* b, int h) {
   if (beta_half(b)) cp_async_4(dst, b - 1);
-  else if (h + 1 < kHeads) cp_async_4(dst, b);
+  else if (h + 1 < head_count(p)) cp_async_4(dst, b);
   else *dst = *b;
 }
 
@@ -157,7 +157,7 @@ __device__ __forceinline__ void stage_inputs_cp_async(const KdaParams& p, Staged
 #pragma unroll 1
   for (int r = warp; r < input_runs(L); r += kWarps) warp_copy_run(input_run(p, in, r, h, row0, L, cs, tap0), lane);
   const int t = kThreads - 1 - static_cast<int>(threadIdx.x);
-  if (t < L) stage_beta(&in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
+  if (t < L) stage_beta(p, &in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
   if (t == kTokens) cp_async_4(&in.a_log, p.A_log + h);
 }
 
@@ -205,7 +205,7 @@ __device__ __forceinline__ void stage_inputs_bulk(const KdaParams& p, StagedInpu
   bulk = __reduce_add_sync(kFull, bulk);
   if (lane == 0) mbar_arrive_expect_tx(bar, bulk);
   const int t = kThreads - 1 - tid;
-  if (t < L) stage_beta(&in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
+  if (t < L) stage_beta(p, &in.beta_word[t], p.raw_beta + (row0 + t) * p.beta_row_stride + h, h);
   if (t == kTokens) cp_async_4(&in.a_log, p.A_log + h);
 }
 
@@ -236,19 +236,19 @@ __device__ __forceinline__ void staged_phase_a(const KdaParams& p, Smem<kTokens>
   unsigned short* hist = p.conv_state + static_cast<long long>(cs) * p.conv_slot_stride;
   for (int c = tid; c < 3 * kD; c += kThreads) {  // channel c = part j, dim d of the head
     const int j = c / kD, d = c % kD;
-    const int chan = j * kHidden + h * kD + d;
+    const int chan = j * hidden(p) + h * kD + d;
     float w[kW];
 #pragma unroll
     for (int i = 0; i < kW; ++i) w[i] = in.weight[j][i][d];
     const unsigned short t1 = staged_tap(in, j, d, tap0, 1), t2 = staged_tap(in, j, d, tap0, 2);
-    hist[conv_tap_offset(chan, 0)] = t1;
-    hist[conv_tap_offset(chan, 1)] = t2;
+    hist[conv_tap_offset(p, chan, 0)] = t1;
+    hist[conv_tap_offset(p, chan, 1)] = t2;
     conv_silu(
         w, bf16_to_f32(staged_tap(in, j, d, tap0, 0)), bf16_to_f32(t1), bf16_to_f32(t2), L,
         [&](int t) { return in.x[t][c]; },
         [&](int t, unsigned short xb, unsigned short m) {
           sm.m[t][c] = m;
-          hist[conv_tap_offset(chan, t + 2)] = xb;
+          hist[conv_tap_offset(p, chan, t + 2)] = xb;
         });
   }
   const float A = expf(in.a_log);
@@ -304,6 +304,7 @@ __device__ __forceinline__ void prefetch_item_inputs(const KdaParams& p, const W
 }
 
 // Walks this CTA's items. Work (one per op):
+//   int heads                               H (head_count(p): the grid is not per head)
 //   long long items(p)                      the launch's items
 //   int head(i)                             the head of item i
 //   void load_meta(p, i, int* m)            cp.async of item i's metadata into m (kMetaInts ints)

@@ -9,16 +9,20 @@
 
 #include "kda_params.h"
 
-// The head count H is a hole of the programs compiled for one head count (the
-// decode ops). A template that reads H from the launch grid (x = head) defines
-// KDA_HEADS_FROM_GRID first: its source is then the same for every head count,
-// and the constants derived from KDA_HEADS below do not exist in it.
-#ifdef KDA_HEADS_FROM_GRID
-#ifdef KDA_HEADS
+// The head count H: a hole (KDA_HEADS) of a program compiled for one head
+// count (an op with heads_in_program(), kernel_key.hpp), else read at run time
+// by head_count() below: from the launch grid, whose x is the head, or, where a
+// template defines KDA_HEADS_FROM_PARAMS first (route stream: its persistent
+// grid is not per head), from the parameter block. Without the hole a
+// program's source is the same for every head count, and the constants derived
+// from KDA_HEADS below do not exist in it. A template that defines
+// KDA_HEADS_FROM_GRID never takes the hole.
+//   KDA_HEADS: hole (optional): heads H (1..128)
+#if defined(KDA_HEADS_FROM_GRID) && defined(KDA_HEADS)
 #error "KDA_HEADS is defined for a template that reads the head count from the launch grid (KDA_HEADS_FROM_GRID)"
 #endif
-#elif !defined(KDA_HEADS)
-#define KDA_HEADS 64  // hole: heads H (1..128)
+#if defined(KDA_HEADS_FROM_GRID) && defined(KDA_HEADS_FROM_PARAMS)
+#error "a template reads the head count from the launch grid or from the parameter block, not both"
 #endif
 #ifndef KDA_STATE_BF16
 #define KDA_STATE_BF16 0  // hole: state dtype, 0 = f32, 1 = bf16
@@ -53,7 +57,7 @@ namespace kda {
 enum : int {
   kD = 128,  // head dim (k and v)
   kW = 4,    // conv width
-#ifndef KDA_HEADS_FROM_GRID
+#ifdef KDA_HEADS
   kHeads = KDA_HEADS,
   kHidden = kHeads * kD,
   kQkv = 3 * kHidden,
@@ -63,23 +67,24 @@ enum : int {
   kThreads = KDA_THREADS,
   kWarps = kThreads / 32,
   kSplit = KDA_SPLIT,
-#ifndef KDA_HEADS_FROM_GRID
 
-  // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*kConvTapStride.
-  // SD: strides (1, qkv), taps slow; DS: strides (K, 1), taps contiguous.
+  // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*(tap stride).
+  // SD: strides (1, 3*H*D), taps slow; DS: strides (K, 1), taps contiguous (conv_tap_offset()).
   kConvChanStride = KDA_CONV_DS ? kTaps : 1,
-  kConvTapStride = KDA_CONV_DS ? 1 : kQkv,
-#endif
 };
 enum : unsigned { kFull = 0xffffffffu };
 
-#ifndef KDA_HEADS_FROM_GRID
+#if defined(KDA_HEADS)
 static_assert(kHeads >= 1 && kHeads <= 128, "KDA_HEADS must be in 1..128");
-#else
+#elif defined(KDA_HEADS_FROM_GRID)
 // A use of kHeads, kHidden or kQkv in such a template is an error that names
 // this type: there the grid's x dimension is H, and grid_hidden() is H * kD.
 struct head_count_is_gridDim_x_in_this_program;
 extern const head_count_is_gridDim_x_in_this_program kHeads, kHidden, kQkv;
+#else
+// Likewise without the hole: there H is head_count(p), and hidden(p) is H * kD.
+struct head_count_is_head_count_p_in_this_program;
+extern const head_count_is_head_count_p_in_this_program kHeads, kHidden, kQkv;
 #endif
 static_assert((kTokens >= 1 && kTokens <= 16) || kTokens == 64, "KDA_T must be in 1..16 (decode) or 64 (the prefill chunk)");
 // 128 threads would hold 128 state values per thread: far past the register budget.
@@ -168,8 +173,25 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ bool slot_valid(int s, int num_slots) { return s > 0 && s < num_slots; }
 
 #ifndef KDA_HEADS_FROM_GRID
+// The head count H: the hole, or the parameter block's (KDA_HEADS_FROM_PARAMS),
+// or the launch grid's x dimension.
+__device__ __forceinline__ int head_count(const KdaParams& p) {
+#if defined(KDA_HEADS)
+  (void)p;
+  return kHeads;
+#elif defined(KDA_HEADS_FROM_PARAMS)
+  return p.heads;
+#else
+  (void)p;
+  return static_cast<int>(gridDim.x);
+#endif
+}
+// The hidden size H * kD.
+__device__ __forceinline__ int hidden(const KdaParams& p) { return head_count(p) * kD; }
 // Element offset of tap t of channel c inside one conv_state slot.
-__device__ __forceinline__ int conv_tap_offset(int c, int t) { return c * kConvChanStride + t * kConvTapStride; }
+__device__ __forceinline__ int conv_tap_offset(const KdaParams& p, int c, int t) {
+  return c * kConvChanStride + t * (KDA_CONV_DS ? 1 : 3 * hidden(p));
+}
 #else
 // The hidden size H * kD of a program that reads H from the launch grid.
 __device__ __forceinline__ int grid_hidden() { return static_cast<int>(gridDim.x) * kD; }

@@ -29,8 +29,10 @@ TEST_CASE("generated source starts with its key name and holds the holes", "[gen
     auto src = generate_source(k);
     REQUIRE(src.ok());
     const std::string first_line = src->substr(0, src->find('\n'));
-    CHECK(first_line == "// kdajit kernel " + key_name(k));
-    CHECK(src->find("#define KDA_HEADS " + std::to_string(k.heads) + "\n") != std::string::npos);
+    CHECK(first_line == "// kdajit kernel " + program_name(k));
+    // H is a hole only of an op compiled per head count; else it is read at run time.
+    CHECK((src->find("#define KDA_HEADS " + std::to_string(k.heads) + "\n") != std::string::npos) ==
+          heads_in_program(k.op));
     CHECK(src->find("#define KDA_T " + std::to_string(k.tokens) + "\n") != std::string::npos);
     CHECK(src->find("#define KDA_STATE_BF16 " + std::string(k.state == StateDtype::bf16 ? "1" : "0")) != std::string::npos);
     CHECK(src->find("#define KDA_CONV_DS " + std::string(k.conv == ConvLayout::ds ? "1" : "0")) != std::string::npos);
@@ -51,7 +53,7 @@ TEST_CASE("generation is deterministic within a process", "[generator]") {
   REQUIRE(b.ok());
   CHECK(*a == *b);
   KernelKey other = k;
-  other.heads = 32;
+  other.tokens = 3;
   CHECK(*generate_source(other) != *a);
 }
 
@@ -78,7 +80,7 @@ TEST_CASE("an invalid key generates nothing", "[generator]") {
   CHECK(src.error().message.find("'t'") != std::string::npos);
 }
 
-TEST_CASE("prefill keys of different head counts are one source; decode keys are not", "[generator][program]") {
+TEST_CASE("keys of different head counts are one source, every op and route", "[generator][program]") {
   const KernelKey prefill{Op::prefill, 8, StateDtype::bf16, ConvLayout::ds, kPrefillChunk, Gate::bounded, Route::split2, Arch::sm_90};
   KernelKey other = prefill;
   other.heads = 64;
@@ -99,19 +101,27 @@ TEST_CASE("prefill keys of different head counts are one source; decode keys are
   split4.route = Route::split4;
   CHECK(*generate_source(split4) != *a);
 
+  // The decode routes read H at run time too: from the launch grid (x = head),
+  // route stream from the parameter block (its persistent grid is not per head).
   for (Op op : kDecodeOps) {
-    INFO(to_string(op));
-    const KernelKey decode{op, 8, StateDtype::bf16, ConvLayout::ds, op == Op::single ? 1 : 4, Gate::bounded, Route::rowcta, Arch::sm_90};
-    KernelKey wider = decode;
-    wider.heads = 64;
-    CHECK(heads_in_program(op));
-    CHECK(program_name(decode) == key_name(decode));
-    auto d8 = generate_source(decode), d64 = generate_source(wider);
-    REQUIRE(d8.ok());
-    REQUIRE(d64.ok());
-    CHECK(*d8 != *d64);
-    CHECK(d8->find("#define KDA_HEADS 8\n") != std::string::npos);
-    CHECK(d8->find("KDA_HEADS_FROM_GRID 1") == std::string::npos);
+    CHECK_FALSE(heads_in_program(op));
+    for (const RouteSpec& r : route_table()) {
+      if (!r.serves(op)) continue;
+      INFO(to_string(op) << " " << r.name());
+      const KernelKey decode{op, 8, StateDtype::bf16, ConvLayout::sd, op == Op::single ? 1 : 4, Gate::bounded, r.route,
+                             Arch::sm_90};
+      KernelKey wider = decode;
+      wider.heads = 64;
+      CHECK(program_name(decode) == program_name(wider));
+      CHECK(program_name(decode).find(".h*.") != std::string::npos);
+      auto d8 = generate_source(decode), d64 = generate_source(wider);
+      REQUIRE(d8.ok());
+      REQUIRE(d64.ok());
+      CHECK(*d8 == *d64);
+      CHECK(d8->substr(0, d8->find("// ---- ")).find("KDA_HEADS") == std::string::npos);
+      CHECK((d8->find("#define KDA_HEADS_FROM_PARAMS 1\n") != std::string::npos) == (r.route == Route::stream));
+      CHECK(d8->find("#define KDA_HEADS_FROM_GRID") == std::string::npos);
+    }
   }
   CHECK_FALSE(heads_in_program(Op::prefill));
 }

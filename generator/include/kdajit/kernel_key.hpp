@@ -104,12 +104,12 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
   return out;
 }
-// Whether an op's program is compiled for one head count (KDA_HEADS, a hole of
-// the decode templates), per Op. The chunked ops' template reads H from the
-// launch grid (x = head) instead, so their keys that differ only in heads
-// generate the same source: one program, compiled once (docs/DESIGN.md,
-// "Compile cost").
-inline constexpr std::array<bool, 4> kOpHeadsInProgram = {true, true, false, false};
+// Whether an op's program is compiled for one head count (KDA_HEADS, an
+// optional hole of the templates), per Op. Without it a program reads H at run
+// time (the launch grid's x, or route stream's parameter block), so keys that
+// differ only in heads generate the same source: one program, compiled once
+// (docs/DESIGN.md, "Compile cost").
+inline constexpr std::array<bool, 4> kOpHeadsInProgram = {false, false, false, false};
 static_assert(kOpHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
 constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
 // The two decode ops (kdajit_decode_args_t), for what serves only them.

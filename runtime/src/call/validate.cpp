@@ -478,6 +478,7 @@ KdaParams make_shared_params(const Args& a, const Sizes& sz, const Layout& lay) 
   p.lower_bound = a.lower_bound;
   p.norm_eps = a.norm_eps;
   p.conv_taps = static_cast<kda_i32>(sz.K);
+  p.heads = static_cast<kda_i32>(sz.H);
   return p;
 }
 

@@ -350,6 +350,7 @@ TEST_CASE("validate: the baselines pass and fill the parameter block", "[validat
     CHECK(v.shape.rows == s.R);
     CHECK(v.shape.num_seqs == (cfg.op == Op::packed ? s.N : 0));
     CHECK(v.params.num_slots == s.S);
+    CHECK(v.params.heads == cfg.heads);  // route stream's H
 
     const KdaParams& p = v.params;
     CHECK(static_cast<const void*>(p.x) == a.x.data);

@@ -190,6 +190,27 @@ TEST_CASE("a head-count constant in the prefill program is a compile error", "[c
         std::string::npos);
 }
 
+// The decode programs serve every head count too (H from the launch grid, or
+// route stream's parameter block): a use of the compile-time head count in one
+// stops the compile with a message that names head_count(p).
+TEST_CASE("a head-count constant in a decode program is a compile error", "[compile][program]") {
+  for (const KernelKey& key :
+       {KernelKey{Op::single, 16, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta, Arch::sm_90},
+        KernelKey{Op::packed, 16, StateDtype::bf16, ConvLayout::ds, 4, Gate::bounded, Route::stream, Arch::sm_90}}) {
+    INFO(key_name(key));
+    auto in = make_build_inputs(key);
+    REQUIRE(in.ok());
+    const std::string marker = "extern \"C\" __global__";
+    const size_t at = in->source.find(marker);
+    REQUIRE(at != std::string::npos);
+    in->source.insert(at, "__device__ int kdajit_uses_heads(int j) { return j * kda::kHidden; }\n");
+    auto r = compile(*in);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::compile_failed);
+    CHECK(r.error().detail.find("head_count_is_head_count_p_in_this_program") != std::string::npos);
+  }
+}
+
 TEST_CASE("the ptxas report parser reads registers, spills, stack and smem", "[compile]") {
   const std::string log =
       "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
