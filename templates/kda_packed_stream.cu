@@ -13,6 +13,9 @@
 #define KDA_T 4  // hole: tokens per sequence T (1..16)
 #endif
 
+// The grid is persistent, not per head: H is the parameter block's (p.heads).
+#define KDA_HEADS_FROM_PARAMS 1
+
 #include "kda_params.h"
 #include "kda_packed_item.cuh"
 #include "kda_pipeline.cuh"

@@ -68,8 +68,8 @@ struct KdaParams {
   float scale;                      // q's scale
   kda_i32 chunk_flags;              // KDA_CHUNK_* bits
 
-  // H: the decode programs serve every head count and read it here; the
-  // decode and prefill ops set it.
+  // H, read by the programs whose launch grid is not per head (the decode
+  // ops' route stream); the decode and prefill ops set it.
   kda_i32 heads;
 };
 

@@ -304,7 +304,7 @@ __device__ __forceinline__ void prefetch_item_inputs(const KdaParams& p, const W
 }
 
 // Walks this CTA's items. Work (one per op):
-//   int heads                               H (head_count(p))
+//   int heads                               H (head_count(p): the grid is not per head)
 //   long long items(p)                      the launch's items
 //   int head(i)                             the head of item i
 //   void load_meta(p, i, int* m)            cp.async of item i's metadata into m (kMetaInts ints)

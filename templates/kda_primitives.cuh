@@ -11,14 +11,18 @@
 
 // The head count H: a hole (KDA_HEADS) of a program compiled for one head
 // count (an op with heads_in_program(), kernel_key.hpp), else read at run time
-// by head_count() below, from the parameter block (KdaParams::heads). Without
-// the hole a program's source is the same for every head count, and the
-// constants derived from KDA_HEADS below do not exist in it. A template that
-// defines KDA_HEADS_FROM_GRID (prefill: H is gridDim.x, grid_hidden()) never
-// takes the hole.
+// by head_count() below: from the launch grid, whose x is the head, or, where a
+// template defines KDA_HEADS_FROM_PARAMS first (route stream: its persistent
+// grid is not per head), from the parameter block. Without the hole a
+// program's source is the same for every head count, and the constants derived
+// from KDA_HEADS below do not exist in it. A template that defines
+// KDA_HEADS_FROM_GRID never takes the hole.
 //   KDA_HEADS: hole (optional): heads H (1..128)
 #if defined(KDA_HEADS_FROM_GRID) && defined(KDA_HEADS)
 #error "KDA_HEADS is defined for a template that reads the head count from the launch grid (KDA_HEADS_FROM_GRID)"
+#endif
+#if defined(KDA_HEADS_FROM_GRID) && defined(KDA_HEADS_FROM_PARAMS)
+#error "a template reads the head count from the launch grid or from the parameter block, not both"
 #endif
 #ifndef KDA_STATE_BF16
 #define KDA_STATE_BF16 0  // hole: state dtype, 0 = f32, 1 = bf16
@@ -169,16 +173,22 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ bool slot_valid(int s, int num_slots) { return s > 0 && s < num_slots; }
 
 #ifndef KDA_HEADS_FROM_GRID
-// The head count H: the hole, or the parameter block's. Not gridDim.x, though
-// most decode grids' x is the head: read that way the packed f32 split4
-// program at T = 4 (DS, softplus) spills 8 bytes, and as %nctaid.x the
-// kernels grow by up to 216 instructions (p.heads: 16-24, no spills).
+// The head count H: the hole, or the parameter block's (KDA_HEADS_FROM_PARAMS),
+// or the launch grid's x dimension.
 __device__ __forceinline__ int head_count(const KdaParams& p) {
 #if defined(KDA_HEADS)
   (void)p;
   return kHeads;
-#else
+#elif defined(KDA_HEADS_FROM_PARAMS)
   return p.heads;
+#else
+  // %nctaid.x through PTX, not gridDim.x: the compiled code differs, and with
+  // gridDim.x the packed f32 split4 program at T = 4 (DS, softplus) spills 8
+  // bytes at 128 registers; this way it takes 123 and spills none.
+  (void)p;
+  unsigned n;
+  asm("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+  return static_cast<int>(n);
 #endif
 }
 // The hidden size H * kD.

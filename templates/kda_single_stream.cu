@@ -11,6 +11,9 @@
 #define KDA_T 1  // hole: tokens per row; the single op has exactly 1
 #endif
 
+// The grid is persistent, not per head: H is the parameter block's (p.heads).
+#define KDA_HEADS_FROM_PARAMS 1
+
 #include "kda_params.h"
 #include "kda_single_row.cuh"
 #include "kda_pipeline.cuh"

@@ -101,7 +101,8 @@ TEST_CASE("keys of different head counts are one source, every op and route", "[
   split4.route = Route::split4;
   CHECK(*generate_source(split4) != *a);
 
-  // The decode routes read H at run time too, from the parameter block.
+  // The decode routes read H at run time too: from the launch grid (x = head),
+  // route stream from the parameter block (its persistent grid is not per head).
   for (Op op : kDecodeOps) {
     CHECK_FALSE(heads_in_program(op));
     for (const RouteSpec& r : route_table()) {
@@ -118,6 +119,7 @@ TEST_CASE("keys of different head counts are one source, every op and route", "[
       REQUIRE(d64.ok());
       CHECK(*d8 == *d64);
       CHECK(d8->substr(0, d8->find("// ---- ")).find("KDA_HEADS") == std::string::npos);
+      CHECK((d8->find("#define KDA_HEADS_FROM_PARAMS 1\n") != std::string::npos) == (r.route == Route::stream));
       CHECK(d8->find("#define KDA_HEADS_FROM_GRID") == std::string::npos);
     }
   }

@@ -106,9 +106,9 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
 }
 // Whether an op's program is compiled for one head count (KDA_HEADS, an
 // optional hole of the templates), per Op. Without it a program reads H at run
-// time (the prefill template from the launch grid, the decode templates from
-// the parameter block), so keys that differ only in heads generate the same
-// source: one program, compiled once (docs/DESIGN.md, "Compile cost").
+// time (the launch grid's x, or route stream's parameter block), so keys that
+// differ only in heads generate the same source: one program, compiled once
+// (docs/DESIGN.md, "Compile cost").
 inline constexpr std::array<bool, 4> kOpHeadsInProgram = {false, false, false, false};
 static_assert(kOpHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
 constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
