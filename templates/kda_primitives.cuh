@@ -20,11 +20,21 @@
 #elif !defined(KDA_HEADS)
 #define KDA_HEADS 64  // hole: heads H (1..128)
 #endif
+// Likewise the state dtype and conv layout: a template that reads them from
+// KdaParams (state_bf16, conv_chan_stride, conv_tap_stride) defines
+// KDA_STORAGE_FROM_PARAMS first, and KDA_STATE_BF16 / KDA_CONV_DS do not exist
+// in it (a use in an #if reads 0: none of them may appear there).
+#ifdef KDA_STORAGE_FROM_PARAMS
+#if defined(KDA_STATE_BF16) || defined(KDA_CONV_DS)
+#error "KDA_STATE_BF16 or KDA_CONV_DS is defined for a template that reads them from KdaParams (KDA_STORAGE_FROM_PARAMS)"
+#endif
+#else
 #ifndef KDA_STATE_BF16
 #define KDA_STATE_BF16 0  // hole: state dtype, 0 = f32, 1 = bf16
 #endif
 #ifndef KDA_CONV_DS
 #define KDA_CONV_DS 0  // hole: conv_state layout, 0 = SD (taps slow), 1 = DS (taps contiguous)
+#endif
 #endif
 #ifndef KDA_GATE_SOFTPLUS
 #define KDA_GATE_SOFTPLUS 0  // hole: gate, 0 = bounded, 1 = softplus (Kimi-Linear)
