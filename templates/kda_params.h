@@ -47,7 +47,7 @@ struct KdaParams {
   kda_i32 num_slots;  // S
   float lower_bound;
   float norm_eps;
-  kda_i32 conv_taps;  // K: conv_state taps per channel (prefill reads it; decode has K = T + 2 built in)
+  kda_i32 conv_taps;  // K: conv_state taps per channel (decode has K = T + 2 built in; prefill reads conv_chan_stride)
 
   // The chunk op (CONTRACT §11) also reads raw_gate (g: bf16, or f32 with
   // KDA_CHUNK_G_F32), raw_beta (beta, likewise), A_log, dt_bias (null: no
@@ -71,6 +71,11 @@ struct KdaParams {
   // H, read by the programs whose launch grid is not per head (the decode
   // ops' route stream); the decode and prefill ops set it.
   kda_i32 heads;
+  // The chunked ops' program serves both state dtypes and conv layouts (the
+  // decode programs have them built in, KDA_STATE_BF16 and KDA_CONV_DS):
+  kda_i32 state_bf16;               // prefill, chunk: 1 when state (and final_state) are bf16, 0 f32
+  kda_i64 conv_chan_stride;         // prefill: conv_state elements between channels (SD 1, DS K)
+  kda_i64 conv_tap_stride;          // prefill: between taps (SD 3*H*D, DS 1)
 };
 
 // chunk_flags of the chunk op.

@@ -47,8 +47,11 @@
 #endif
 
 // One program for every head count: H is the grid's x dimension (gridDim.x),
-// never a hole (kda_primitives.cuh).
+// never a hole (kda_primitives.cuh). Likewise for both state dtypes and conv
+// layouts: KdaParams::state_bf16 and the conv strides say which (they touch
+// only the state's load and store and the conv history, once per sequence).
 #define KDA_HEADS_FROM_GRID 1
+#define KDA_STORAGE_FROM_PARAMS 1
 
 #include "kda_params.h"
 #include "kda_primitives.cuh"
@@ -180,11 +183,7 @@ __device__ __forceinline__ int head_channel(int c, int v0) { return c < 2 * kD ?
 
 // conv_state element of (channel c, tap t) in a slot: SD strides (1, 3*H*128), DS (K, 1).
 __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int t) {
-#if KDA_CONV_DS
-  return static_cast<long long>(c) * p.conv_taps + t;
-#else
-  return c + static_cast<long long>(t) * (3 * grid_hidden());
-#endif
+  return c * p.conv_chan_stride + t * p.conv_tap_stride;
 }
 
 // Step 1: conv + SiLU of the CTA's channels over chunk rows row0 .. row0 +
@@ -620,81 +619,90 @@ struct StateTile {
 // pool, and the chunk op with state_v_first) or [k][v] (D apart along k: FLA's
 // layout). A thread holds columns k and k + 1 of its rows: one 8-byte (f32) or
 // 4-byte (bf16) access when they are adjacent, two otherwise.
-#if KDA_STATE_BF16
-typedef unsigned short StateElem;
-#else
-typedef float StateElem;
-#endif
-
 __device__ __forceinline__ long long state_elem(const KdaParams& p, long long slot_stride, int slot, int h, int v,
                                                 int k) {
   return static_cast<long long>(slot) * slot_stride + static_cast<long long>(h) * kD * kD + v * p.state_v_stride +
          k * p.state_k_stride;
 }
 
-__device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
+// The state's elements are bf16 (kBf16) or f32; KdaParams::state_bf16 picks
+// the instance once per sequence.
+template <bool kBf16>
+__device__ __forceinline__ void state_load_as(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const StateElem* base = static_cast<const StateElem*>(p.state);
-  const bool pair = p.state_k_stride == 1;
+  const bool pair = !kChunk || p.state_k_stride == 1;  // the prefill op's pool is [v][k]
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const long long e = state_elem(p, p.state_slot_stride, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
       float x0, x1;
-#if KDA_STATE_BF16
-      if (pair) {
-        const unsigned w = *reinterpret_cast<const unsigned*>(base + e);
-        x0 = bf16lo_to_f32(w);
-        x1 = bf16hi_to_f32(w);
+      if constexpr (kBf16) {
+        const unsigned short* base = static_cast<const unsigned short*>(p.state);
+        if (pair) {
+          const unsigned w = *reinterpret_cast<const unsigned*>(base + e);
+          x0 = bf16lo_to_f32(w);
+          x1 = bf16hi_to_f32(w);
+        } else {
+          x0 = bf16_to_f32(base[e]);
+          x1 = bf16_to_f32(base[e + p.state_k_stride]);
+        }
       } else {
-        x0 = bf16_to_f32(base[e]);
-        x1 = bf16_to_f32(base[e + p.state_k_stride]);
+        const float* base = static_cast<const float*>(p.state);
+        if (pair) {
+          const float2 v = *reinterpret_cast<const float2*>(base + e);
+          x0 = v.x;
+          x1 = v.y;
+        } else {
+          x0 = base[e];
+          x1 = base[e + p.state_k_stride];
+        }
       }
-#else
-      if (pair) {
-        const float2 v = *reinterpret_cast<const float2*>(base + e);
-        x0 = v.x;
-        x1 = v.y;
-      } else {
-        x0 = base[e];
-        x1 = base[e + p.state_k_stride];
-      }
-#endif
       st.s[nt][2 * hr] = x0;
       st.s[nt][2 * hr + 1] = x1;
     }
 }
+__device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
+  if (p.state_bf16) state_load_as<true>(p, slot, h, vrow, st);
+  else state_load_as<false>(p, slot, h, vrow, st);
+}
 
 // Into `dst` (the slot pool for the prefill op, final_state for the chunk op),
 // `slot_stride` elements between slots.
-__device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
-                                            int vrow, const StateTile& st) {
+template <bool kBf16>
+__device__ __forceinline__ void state_store_as(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
+                                               int vrow, const StateTile& st) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  StateElem* base = static_cast<StateElem*>(dst);
-  const bool pair = p.state_k_stride == 1;
+  const bool pair = !kChunk || p.state_k_stride == 1;  // the prefill op's pool is [v][k]
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const long long e = state_elem(p, slot_stride, slot, h, vrow + g + 8 * hr, 8 * nt + 2 * q);
       const float x0 = st.s[nt][2 * hr], x1 = st.s[nt][2 * hr + 1];
-#if KDA_STATE_BF16
-      if (pair) {
-        *reinterpret_cast<unsigned*>(base + e) = pack_bf16x2(x0, x1);
+      if constexpr (kBf16) {
+        unsigned short* base = static_cast<unsigned short*>(dst);
+        if (pair) {
+          *reinterpret_cast<unsigned*>(base + e) = pack_bf16x2(x0, x1);
+        } else {
+          base[e] = f32_to_bf16(x0);
+          base[e + p.state_k_stride] = f32_to_bf16(x1);
+        }
       } else {
-        base[e] = f32_to_bf16(x0);
-        base[e + p.state_k_stride] = f32_to_bf16(x1);
+        float* base = static_cast<float*>(dst);
+        if (pair) {
+          *reinterpret_cast<float2*>(base + e) = make_float2(x0, x1);
+        } else {
+          base[e] = x0;
+          base[e + p.state_k_stride] = x1;
+        }
       }
-#else
-      if (pair) {
-        *reinterpret_cast<float2*>(base + e) = make_float2(x0, x1);
-      } else {
-        base[e] = x0;
-        base[e + p.state_k_stride] = x1;
-      }
-#endif
     }
+}
+__device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
+                                            int vrow, const StateTile& st) {
+  if (p.state_bf16) state_store_as<true>(p, dst, slot_stride, slot, h, vrow, st);
+  else state_store_as<false>(p, dst, slot_stride, slot, h, vrow, st);
 }
 
 // Step 5 for warp w < kSWarps (local value rows 16 w ..): updates the state

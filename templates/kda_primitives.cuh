@@ -24,11 +24,21 @@
 #if defined(KDA_HEADS_FROM_GRID) && defined(KDA_HEADS_FROM_PARAMS)
 #error "a template reads the head count from the launch grid or from the parameter block, not both"
 #endif
+// Likewise the state dtype and conv layout: a template that reads them from
+// KdaParams (state_bf16, conv_chan_stride, conv_tap_stride) defines
+// KDA_STORAGE_FROM_PARAMS first, and KDA_STATE_BF16 / KDA_CONV_DS do not exist
+// in it (a use in an #if reads 0: none of them may appear there).
+#ifdef KDA_STORAGE_FROM_PARAMS
+#if defined(KDA_STATE_BF16) || defined(KDA_CONV_DS)
+#error "KDA_STATE_BF16 or KDA_CONV_DS is defined for a template that reads them from KdaParams (KDA_STORAGE_FROM_PARAMS)"
+#endif
+#else
 #ifndef KDA_STATE_BF16
 #define KDA_STATE_BF16 0  // hole: state dtype, 0 = f32, 1 = bf16
 #endif
 #ifndef KDA_CONV_DS
 #define KDA_CONV_DS 0  // hole: conv_state layout, 0 = SD (taps slow), 1 = DS (taps contiguous)
+#endif
 #endif
 #ifndef KDA_GATE_SOFTPLUS
 #define KDA_GATE_SOFTPLUS 0  // hole: gate, 0 = bounded, 1 = softplus (Kimi-Linear)
@@ -67,10 +77,12 @@ enum : int {
   kThreads = KDA_THREADS,
   kWarps = kThreads / 32,
   kSplit = KDA_SPLIT,
+#ifndef KDA_STORAGE_FROM_PARAMS
 
   // conv_state element of (channel c, tap t) in a slot: c*kConvChanStride + t*(tap stride).
   // SD: strides (1, 3*H*D), taps slow; DS: strides (K, 1), taps contiguous (conv_tap_offset()).
   kConvChanStride = KDA_CONV_DS ? kTaps : 1,
+#endif
 };
 enum : unsigned { kFull = 0xffffffffu };
 
@@ -193,10 +205,13 @@ __device__ __forceinline__ int head_count(const KdaParams& p) {
 }
 // The hidden size H * kD.
 __device__ __forceinline__ int hidden(const KdaParams& p) { return head_count(p) * kD; }
-// Element offset of tap t of channel c inside one conv_state slot.
+#ifndef KDA_STORAGE_FROM_PARAMS
+// Element offset of tap t of channel c inside one conv_state slot (a template
+// that reads the layout from KdaParams has its own: conv_chan_stride, conv_tap_stride).
 __device__ __forceinline__ int conv_tap_offset(const KdaParams& p, int c, int t) {
   return c * kConvChanStride + t * (KDA_CONV_DS ? 1 : 3 * hidden(p));
 }
+#endif
 #else
 // The hidden size H * kD of a program that reads H from the launch grid.
 __device__ __forceinline__ int grid_hidden() { return static_cast<int>(gridDim.x) * kD; }

@@ -111,11 +111,13 @@ std::string key_name(const KernelKey& k) {
 }
 
 std::string program_name(const KernelKey& k) {
-  if (heads_in_program(k.op)) return key_name(k);
-  const std::string name = key_name(k);
-  const std::string heads = fmt::format(".{}{}.", kKeyLayout[1].prefix, k.heads);
-  const size_t at = name.find(heads);
-  return name.substr(0, at) + fmt::format(".{}*.", kKeyLayout[1].prefix) + name.substr(at + heads.size());
+  // The key name with '*' for each field the program is not compiled for.
+  const bool heads = heads_in_program(k.op), storage = storage_in_program(k.op);
+  return fmt::format("{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}", kKeyLayout[0].prefix, to_string(k.op),
+                     kKeyLayout[1].prefix, heads ? std::to_string(k.heads) : "*", kKeyLayout[2].prefix,
+                     storage ? to_string(k.state) : "*", kKeyLayout[3].prefix, storage ? to_string(k.conv) : "*",
+                     kKeyLayout[4].prefix, k.tokens, kKeyLayout[5].prefix, to_string(k.gate), kKeyLayout[6].prefix,
+                     to_string(k.route), kKeyLayout[7].prefix, to_string(k.arch));
 }
 
 std::string key_name_shape() {

@@ -3,8 +3,8 @@
 // the grid in turn, each CTA's shared memory NaN bytes at the start. With
 // `max_wave`, the grid's y has at most that many clusters per head, so that a
 // CTA walks several sequences (n, n + wave, ..), as it does when N passes
-// 65535 / P. A prefill or chunk program (H read from the grid) runs a call of
-// any head count.
+// 65535 / P. A prefill or chunk program (H, the state dtype and the conv
+// layout read at run time) runs a call of any of them.
 #pragma once
 
 #include <functional>
@@ -19,16 +19,21 @@
 namespace kdajit::emu {
 
 inline void emulate_call(const std::string& key_name, const ValidatedCall& call, unsigned max_wave = 0) {
-  size_t params_bytes = 0;
-  const Entry entry = find_kernel(key_name, &params_bytes);
-  if (entry == nullptr) throw std::runtime_error(key_name + ": not emulated (tests/emulation/CMakeLists.txt lists the keys)");
-  if (params_bytes != sizeof(KdaParams)) throw std::runtime_error(key_name + ": its KdaParams differs from the runtime's");
   auto key = parse_key(key_name);
   if (!key) throw std::runtime_error(key.error().message);
   // A program that reads H from the grid serves every head count: the call's H.
   if (!heads_in_program(key->op)) key->heads = call.shape.family.heads;
   if (!(key_for(call.shape, key->route, key->arch) == *key))
     throw std::runtime_error(key_name + " is not the call's family on that route");
+  // The key's program: one serves every key that differs only in the fields
+  // it reads at run time (the kernels register under the program's name).
+  size_t params_bytes = 0;
+  const std::string program = program_name(*key);
+  const Entry entry = find_kernel(program, &params_bytes);
+  if (entry == nullptr)
+    throw std::runtime_error(key_name + ": its program " + program +
+                             " is not emulated (tests/emulation/CMakeLists.txt lists one key of each program)");
+  if (params_bytes != sizeof(KdaParams)) throw std::runtime_error(key_name + ": its KdaParams differs from the runtime's");
   LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 132});
   if (max_wave > 0 && plan.grid.y > max_wave * plan.cluster_y) plan.grid.y = max_wave * plan.cluster_y;
   const KdaParams params = call.params;

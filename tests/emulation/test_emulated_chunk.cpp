@@ -59,6 +59,18 @@ TEST_CASE("emulated chunk kernel: bf16 state in FLA's layout in place, softplus 
   check_key("kda_chunk.h2.state_bf16.conv_sd.t64.gate_softplus.route_rowcta.sm_90", s);
 }
 
+TEST_CASE("emulated chunk kernel: the bounded programs serve bf16 state too, split4 and split8", "[emulation][chunk]") {
+  for (const char* route : {"split4", "split8"}) {
+    ChunkSpec s;
+    s.heads = 2;
+    s.lengths = {65, 0, 3};
+    s.rows_after = 3;
+    s.state = KDAJIT_DTYPE_BF16;
+    s.seed = 9704;
+    check_key(std::string("kda_chunk.h2.state_bf16.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
+  }
+}
+
 TEST_CASE("emulated chunk kernel: malformed and empty ranges, every sequence through one CTA", "[emulation][chunk]") {
   // [3, 70) live, [70, 60) malformed (zero rows, final state untouched),
   // [60, 80) live over rows the malformed one names, [80, 80) empty, rows

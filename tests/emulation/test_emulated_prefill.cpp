@@ -88,6 +88,24 @@ TEST_CASE("emulated prefill kernel: bf16 state, DS conv, softplus gate, rowcta a
               KDAJIT_DTYPE_BF16, KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9801);
 }
 
+TEST_CASE("emulated prefill kernel: the bounded programs serve bf16 state and DS conv too, every route",
+          "[emulation][prefill]") {
+  // One program per (gate, route) serves both state dtypes and conv layouts
+  // (KdaParams::state_bf16, the conv strides): the other three pairs, spread over the routes.
+  const struct {
+    const char* route;
+    kdajit_dtype_t state;
+    kdajit_conv_layout_t conv;
+    const char* name;
+  } cases[] = {{"rowcta", KDAJIT_DTYPE_BF16, KDAJIT_CONV_DS, "state_bf16.conv_ds"},
+               {"split2", KDAJIT_DTYPE_F32, KDAJIT_CONV_DS, "state_f32.conv_ds"},
+               {"split4", KDAJIT_DTYPE_BF16, KDAJIT_CONV_SD, "state_bf16.conv_sd"},
+               {"split8", KDAJIT_DTYPE_BF16, KDAJIT_CONV_DS, "state_bf16.conv_ds"}};
+  for (const auto& c : cases)
+    check_key(std::string("kda_prefill.h2.") + c.name + ".t64.gate_bounded.route_" + c.route + ".sm_90", c.state, c.conv,
+              KDAJIT_GATE_BOUNDED, 9804);
+}
+
 TEST_CASE("emulated prefill kernel: null and out-of-range slots, every sequence through one CTA", "[emulation][prefill]") {
   // Slot 0 (null) and 9 (past S = 6) compute nothing and write zero rows; the
   // others run in order on one CTA per head and rank (its shared memory

@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "catch.hpp"
 #include "kdajit/routes.hpp"
 #include "kdajit/source_generator.hpp"
@@ -80,22 +82,39 @@ TEST_CASE("an invalid key generates nothing", "[generator]") {
   CHECK(src.error().message.find("'t'") != std::string::npos);
 }
 
-TEST_CASE("keys of different head counts are one source, every op and route", "[generator][program]") {
+TEST_CASE("keys of different head counts are one source, every op and route; chunked keys of different state dtypes and conv layouts too",
+          "[generator][program]") {
   const KernelKey prefill{Op::prefill, 8, StateDtype::bf16, ConvLayout::ds, kPrefillChunk, Gate::bounded, Route::split2, Arch::sm_90};
-  KernelKey other = prefill;
-  other.heads = 64;
-  auto a = generate_source(prefill), b = generate_source(other);
+  for (Op op : {Op::prefill, Op::chunk}) {
+    INFO(to_string(op));
+    KernelKey key = prefill;
+    key.op = op;
+    if (op == Op::chunk) key.conv = ConvLayout::sd;  // the chunk op's keys carry sd only
+    auto a = generate_source(key);
+    REQUIRE(a.ok());
+    for (int variant = 0; variant < (op == Op::chunk ? 2 : 3); ++variant) {
+      KernelKey other = key;
+      if (variant == 0) other.heads = 64;
+      if (variant == 1) other.state = StateDtype::f32;
+      if (variant == 2) other.conv = ConvLayout::sd;
+      auto b = generate_source(other);
+      REQUIRE(b.ok());
+      CHECK(*a == *b);
+      CHECK(program_name(key) == program_name(other));
+    }
+    CHECK(a->substr(0, a->find('\n')) == fmt::format("// kdajit kernel kda_{}.h*.state_*.conv_*.t64.gate_bounded.route_split2.sm_90", to_string(op)));
+    // None of the three is a hole of this program: the generator defines no
+    // KDA_HEADS, KDA_STATE_BF16 or KDA_CONV_DS (the guards in
+    // kda_primitives.cuh stop a compile that has one).
+    const std::string holes = a->substr(0, a->find("// ---- "));
+    CHECK(holes.find("KDA_HEADS") == std::string::npos);
+    CHECK(holes.find("KDA_STATE_BF16") == std::string::npos);
+    CHECK(holes.find("KDA_CONV_DS") == std::string::npos);
+    CHECK(a->find("#define KDA_HEADS_FROM_GRID 1\n") != std::string::npos);
+    CHECK(a->find("#define KDA_STORAGE_FROM_PARAMS 1\n") != std::string::npos);
+  }
+  auto a = generate_source(prefill);
   REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  CHECK(*a == *b);
-  CHECK(a->substr(0, a->find('\n')) ==
-        "// kdajit kernel kda_prefill.h*.state_bf16.conv_ds.t64.gate_bounded.route_split2.sm_90");
-  CHECK(program_name(prefill) == program_name(other));
-  // The head count is no hole of this program: the generator defines no KDA_HEADS
-  // (the template's guard, kda_primitives.cuh, stops a compile that has one).
-  const std::string holes = a->substr(0, a->find("// ---- "));
-  CHECK(holes.find("KDA_HEADS") == std::string::npos);
-  CHECK(a->find("#define KDA_HEADS_FROM_GRID 1\n") != std::string::npos);
   // Another field still makes another program.
   KernelKey split4 = prefill;
   split4.route = Route::split4;
@@ -122,6 +141,17 @@ TEST_CASE("keys of different head counts are one source, every op and route", "[
       CHECK((d8->find("#define KDA_HEADS_FROM_PARAMS 1\n") != std::string::npos) == (r.route == Route::stream));
       CHECK(d8->find("#define KDA_HEADS_FROM_GRID") == std::string::npos);
     }
+    // The state dtype and conv layout are holes of a decode program.
+    CHECK(storage_in_program(op));
+    const KernelKey bf16{op, 8, StateDtype::bf16, ConvLayout::ds, op == Op::single ? 1 : 4, Gate::bounded, Route::rowcta,
+                         Arch::sm_90};
+    KernelKey f32 = bf16;
+    f32.state = StateDtype::f32;
+    auto b16 = generate_source(bf16);
+    REQUIRE(b16.ok());
+    CHECK(*generate_source(f32) != *b16);
+    CHECK(b16->find("#define KDA_STATE_BF16 1\n#define KDA_CONV_DS 1\n") != std::string::npos);
   }
   CHECK_FALSE(heads_in_program(Op::prefill));
+  CHECK_FALSE(storage_in_program(Op::prefill));
 }

@@ -418,27 +418,28 @@ TEST_CASE("kdajit fields lists the key name's fields from the spelling tables", 
   CHECK(table.out.find(key_name_shape()) != std::string::npos);
 }
 
-// Prefill keys of different head counts generate one source: a prewarm compiles
-// each program once and stores an entry per key, each of which verifies.
+// Prefill keys of different head counts, state dtypes and conv layouts generate
+// one source: a prewarm compiles each program once and stores an entry per
+// key, each of which verifies.
 TEST_CASE("prewarm compiles one program per distinct source and stores every key", "[cli][prewarm][program]") {
   TempDir scratch;
   std::string root = scratch / "cache";
-  const std::vector<std::string> keys = {"--op", "prefill", "--heads", "8,16", "--state", "f32", "--conv", "sd",
-                                         "--gate", "bounded", "--route", "rowcta,split2"};
+  const std::vector<std::string> keys = {"--op",   "prefill", "--heads", "8,16",    "--state",       "f32,bf16",
+                                         "--conv", "sd,ds",   "--gate",  "bounded", "--route", "rowcta,split2"};
   Run dry = cli(args_of({"prewarm", "--cache-dir", root, "--dry-run"}, keys), scratch.path(), kSm90);
   INFO(dry.out << dry.err);
   CHECK(dry.code == 0);
-  CHECK(dry.out.find("prewarm --dry-run: 4 keys (2 programs) for sm_90: 0 present, 4 missing, 0 unusable, 0 failed; "
+  CHECK(dry.out.find("prewarm --dry-run: 16 keys (2 programs) for sm_90: 0 present, 16 missing, 0 unusable, 0 failed; "
                      "a prewarm compiles 2 programs") != std::string::npos);
 
   Run warm = cli(args_of({"prewarm", "--cache-dir", root, "-j", "2", "--json"}, keys), scratch.path(), kSm90);
   INFO(warm.out << warm.err);
   REQUIRE(warm.code == 0);
   json j = parse_json(warm);
-  CHECK(j["keys"] == 4);
+  CHECK(j["keys"] == 16);
   CHECK(j["programs"] == 2);
   CHECK(j["compiled"] == 2);
-  CHECK(j["reused"] == 2);
+  CHECK(j["reused"] == 14);
   CHECK(j["compile_cpu_s"].get<double>() > 0);
   std::map<std::string, std::string> compiled_for;  // reused key -> the key compiled
   std::set<std::string> compiled;
@@ -457,22 +458,23 @@ TEST_CASE("prewarm compiles one program per distinct source and stores every key
   for (const auto& [key, of] : compiled_for) {
     INFO(key << " <- " << of);
     CHECK(compiled.count(of) == 1);
-    // The same program: the route is the same, the heads differ.
-    CHECK(key.substr(key.find(".state_")) == of.substr(of.find(".state_")));
+    // The same program: the route is the same; heads, state or conv differ.
+    CHECK(key.substr(key.find(".t64.")) == of.substr(of.find(".t64.")));
+    CHECK(key != of);
   }
-  CHECK(compiled_for.size() == 2);
+  CHECK(compiled_for.size() == 14);
   // The second process: every key cached; the table says programs vs keys.
   Run again = cli(args_of({"prewarm", "--cache-dir", root}, keys), scratch.path(), kSm90);
   INFO(again.out << again.err);
   CHECK(again.code == 0);
-  CHECK(again.out.rfind("prewarm: 4 keys (2 programs) for sm_90: 0 compiled, 4 already cached, 0 failed in ", 0) == 0);
+  CHECK(again.out.rfind("prewarm: 16 keys (2 programs) for sm_90: 0 compiled, 16 already cached, 0 failed in ", 0) == 0);
 
   Run v = cli({"verify", "--cache-dir", root, "--json"}, scratch.path());
   INFO(v.out << v.err);
   CHECK(v.code == 0);
   json vj = parse_json(v);
-  CHECK(vj["checked"] == 4);
-  CHECK(vj["ok"] == 4);
+  CHECK(vj["checked"] == 16);
+  CHECK(vj["ok"] == 16);
   CHECK(vj["bad"].empty());
 
   // One key missing from a root that holds its program: the prewarm makes it from

@@ -112,6 +112,15 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
 inline constexpr std::array<bool, 4> kOpHeadsInProgram = {false, false, false, false};
 static_assert(kOpHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
 constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
+// Whether an op's program is compiled for one state dtype and conv layout
+// (KDA_STATE_BF16, KDA_CONV_DS), per Op. The chunked ops' template reads both
+// from the kernel parameters (KdaParams::state_bf16, the conv strides): they
+// touch only the state's load and store and the conv history, once per
+// sequence, so their keys that differ only in state, conv or heads are one
+// program.
+inline constexpr std::array<bool, 4> kOpStorageInProgram = {true, true, false, false};
+static_assert(kOpStorageInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
+constexpr bool storage_in_program(Op op) { return kOpStorageInProgram[static_cast<size_t>(op)]; }
 // The two decode ops (kdajit_decode_args_t), for what serves only them.
 inline constexpr std::array<Op, 2> kDecodeOps = {Op::single, Op::packed};
 // The chunked ops: prefill (conv, delta rule and norm over a slot pool, §10)
@@ -197,8 +206,8 @@ Status validate(const KernelKey& key);
 // `kda_single.h64.state_f32.conv_sd.t1.gate_bounded.route_rowcta.sm_90`
 std::string key_name(const KernelKey& key);
 // The name of the key's program (the generated source's first line): the key
-// name, with the heads field spelled `h*` for an op whose program serves every
-// head count (`kda_prefill.h*.state_f32...`).
+// name, with `*` for each field the program is not compiled for (the chunked
+// ops: `kda_prefill.h*.state_*.conv_*.t64.gate_bounded.route_rowcta.sm_90`).
 std::string program_name(const KernelKey& key);
 // The one key parser: a key name, or (key_from_json) the same fields as JSON.
 Result<KernelKey> parse_key(std::string_view name);

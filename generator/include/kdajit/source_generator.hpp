@@ -10,7 +10,7 @@
 namespace kdajit {
 
 // The generated translation unit: a first line `// kdajit kernel <program name>`
-// (program_name(): the key name, heads `h*` where the program serves every head count),
+// (program_name(): the key name, `*` for the fields its program serves at run time),
 // the hole definitions (from the key and its route's row of the route table),
 // then the route's template with its local includes inlined. Self-contained: it
 // includes no CUDA toolkit header.

@@ -558,6 +558,10 @@ KdaParams make_prefill_params(const kdajit_prefill_args_t& a, const Sizes& sz, c
   p.num_seqs = static_cast<kda_i32>(sz.N);
   p.state_v_stride = kD;  // the pool's [v][k]
   p.state_k_stride = 1;
+  p.state_bf16 = enum_value(a.state.dtype) == KDAJIT_DTYPE_BF16 ? 1 : 0;
+  // conv_state [S, 3*H*128, K]: SD (taps slow) or DS (taps contiguous).
+  p.conv_chan_stride = lay.conv == ConvLayout::ds ? sz.K : 1;
+  p.conv_tap_stride = lay.conv == ConvLayout::ds ? 1 : 3 * sz.H * kD;
   return p;
 }
 
@@ -741,6 +745,7 @@ Result<ValidatedCall> validate_chunk(const kdajit_chunk_args_t& a) {
   call.shape.num_seqs = sz.N;
   call.shape.max_seq_len = a.max_seq_len > 0 ? std::min(a.max_seq_len, sz.R) : sz.R;
   call.params = make_chunk_params(a, sz, lay);
+  call.params.state_bf16 = state == StateDtype::bf16 ? 1 : 0;
   return call;
 }
 

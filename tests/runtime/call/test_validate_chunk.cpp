@@ -133,6 +133,7 @@ TEST_CASE("validate chunk: the baselines pass and fill the parameter block", "[v
           CHECK(p.final_slot_stride == a.final_state.strides[0]);
           CHECK(p.state_v_stride == (v_first ? kD : 1));
           CHECK(p.state_k_stride == (v_first ? 1 : kD));
+          CHECK(p.state_bf16 == (st == KDAJIT_DTYPE_BF16 ? 1 : 0));
           CHECK(p.output == a.output.data);
           CHECK(p.out_row_stride == a.output.strides[0]);
           CHECK(p.query_start_loc == a.cu_seqlens.data);

@@ -62,6 +62,11 @@ TEST_CASE("validate prefill: the baselines pass and fill the parameter block", "
     CHECK(p.num_seqs == c.seqs);
     CHECK(p.num_slots == c.slots);
     CHECK(p.conv_taps == c.taps);
+    // The program reads the state dtype and the conv layout from here (one
+    // program serves both): conv_state element (channel, tap) at these strides.
+    CHECK(p.state_bf16 == (c.state == StateDtype::bf16 ? 1 : 0));
+    CHECK(p.conv_chan_stride == a.conv_state.strides[1]);
+    CHECK(p.conv_tap_stride == a.conv_state.strides[2]);
     CHECK(p.x == a.x.data);
     CHECK(p.conv_state == a.conv_state.data);
     CHECK(p.state == a.state.data);

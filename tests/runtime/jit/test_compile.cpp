@@ -161,9 +161,10 @@ TEST_CASE("a broken source gives an error value with the key, the options, the l
   CHECK(e.detail.find("kernel.cu:") != std::string::npos);  // the failing source line, numbered
 }
 
-// The prefill template serves every head count: a use of the compile-time head
-// count in it, or a KDA_HEADS define for it, stops the compile with a message
-// that says why (kda_primitives.cuh). Both fail in the front end, so they are quick.
+// The prefill template serves every head count, state dtype and conv layout: a
+// use of the compile-time head count in it, or a KDA_HEADS, KDA_STATE_BF16 or
+// KDA_CONV_DS define for it, stops the compile with a message that says why
+// (kda_primitives.cuh). Both fail in the front end, so they are quick.
 TEST_CASE("a head-count constant in the prefill program is a compile error", "[compile][program]") {
   const KernelKey key{Op::prefill, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta,
                       Arch::sm_90};
@@ -182,12 +183,24 @@ TEST_CASE("a head-count constant in the prefill program is a compile error", "[c
     CHECK(r.error().code == ErrorCode::compile_failed);
     CHECK(r.error().detail.find("head_count_is_gridDim_x_in_this_program") != std::string::npos);
   }
+  const size_t holes = clean.source.find("#define KDA_T ");
+  REQUIRE(holes != std::string::npos);
   BuildInputs defined = clean;
-  defined.source.insert(defined.source.find("#define KDA_STATE_BF16"), "#define KDA_HEADS 16\n");
+  defined.source.insert(holes, "#define KDA_HEADS 16\n");
   auto r = compile(defined);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().detail.find("KDA_HEADS is defined for a template that reads the head count from the launch grid") !=
         std::string::npos);
+  // Likewise the state dtype and conv layout, which it reads from KdaParams.
+  for (const char* hole : {"#define KDA_STATE_BF16 1\n", "#define KDA_CONV_DS 0\n"}) {
+    INFO(hole);
+    BuildInputs storage = clean;
+    storage.source.insert(holes, hole);
+    auto s = compile(storage);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().detail.find("KDA_STATE_BF16 or KDA_CONV_DS is defined for a template that reads them from "
+                                "KdaParams") != std::string::npos);
+  }
 }
 
 // The decode programs serve every head count too (H from the launch grid, or
