@@ -75,6 +75,15 @@ std::vector<KernelKey> covering_set(Arch arch) {
   return keys;
 }
 
+// `in` with `code` inserted just before the kernel's entry point, compiled:
+// how the tests below break a generated source on purpose.
+auto compile_with_code_before_kernel(BuildInputs in, const std::string& code) {
+  const size_t at = in.source.find("extern \"C\" __global__");
+  REQUIRE(at != std::string::npos);
+  in.source.insert(at, code);
+  return compile(in);
+}
+
 }  // namespace
 
 TEST_CASE("the covering set covers every field value and every (H, op) of the full preset", "[compile]") {
@@ -146,11 +155,7 @@ TEST_CASE("a broken source gives an error value with the key, the options, the l
   auto in = make_build_inputs(key);
   REQUIRE(in.ok());
   // Break the template body: an undeclared identifier inside the kernel.
-  const std::string marker = "extern \"C\" __global__";
-  const size_t at = in->source.find(marker);
-  REQUIRE(at != std::string::npos);
-  in->source.insert(at, "static_assert(kdajit_broken_template_marker, \"boom\");\n");
-  auto r = compile(*in);
+  auto r = compile_with_code_before_kernel(*in, "static_assert(kdajit_broken_template_marker, \"boom\");\n");
   REQUIRE_FALSE(r.ok());
   const Error& e = r.error();
   CHECK(e.code == ErrorCode::compile_failed);
@@ -173,12 +178,8 @@ TEST_CASE("a head-count constant in the prefill program is a compile error", "[c
   const BuildInputs clean = *in;
   for (const char* use : {"kHeads", "kHidden", "kQkv"}) {
     INFO(use);
-    BuildInputs bad = clean;
-    const std::string marker = "extern \"C\" __global__";
-    const size_t at = bad.source.find(marker);
-    REQUIRE(at != std::string::npos);
-    bad.source.insert(at, fmt::format("__device__ int kdajit_uses_heads(int j) {{ return j * kda::{}; }}\n", use));
-    auto r = compile(bad);
+    auto r = compile_with_code_before_kernel(
+        clean, fmt::format("__device__ int kdajit_uses_heads(int j) {{ return j * kda::{}; }}\n", use));
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::compile_failed);
     CHECK(r.error().detail.find("head_count_is_gridDim_x_in_this_program") != std::string::npos);
@@ -213,11 +214,7 @@ TEST_CASE("a head-count constant in a decode program is a compile error", "[comp
     INFO(key_name(key));
     auto in = make_build_inputs(key);
     REQUIRE(in.ok());
-    const std::string marker = "extern \"C\" __global__";
-    const size_t at = in->source.find(marker);
-    REQUIRE(at != std::string::npos);
-    in->source.insert(at, "__device__ int kdajit_uses_heads(int j) { return j * kda::kHidden; }\n");
-    auto r = compile(*in);
+    auto r = compile_with_code_before_kernel(*in, "__device__ int kdajit_uses_heads(int j) { return j * kda::kHidden; }\n");
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::compile_failed);
     CHECK(r.error().detail.find("head_count_is_head_count_p_in_this_program") != std::string::npos);
