@@ -103,21 +103,25 @@ Status validate(const KernelKey& k) {
   return {};
 }
 
-std::string key_name(const KernelKey& k) {
+namespace {
+// A key name from its fields as spelled (a program name spells some `*`).
+std::string name_from(const KernelKey& k, std::string_view heads, std::string_view state, std::string_view conv) {
   return fmt::format("{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}", kKeyLayout[0].prefix, to_string(k.op),
-                     kKeyLayout[1].prefix, k.heads, kKeyLayout[2].prefix, to_string(k.state), kKeyLayout[3].prefix,
-                     to_string(k.conv), kKeyLayout[4].prefix, k.tokens, kKeyLayout[5].prefix, to_string(k.gate),
-                     kKeyLayout[6].prefix, to_string(k.route), kKeyLayout[7].prefix, to_string(k.arch));
+                     kKeyLayout[1].prefix, heads, kKeyLayout[2].prefix, state, kKeyLayout[3].prefix, conv,
+                     kKeyLayout[4].prefix, k.tokens, kKeyLayout[5].prefix, to_string(k.gate), kKeyLayout[6].prefix,
+                     to_string(k.route), kKeyLayout[7].prefix, to_string(k.arch));
+}
+}  // namespace
+
+std::string key_name(const KernelKey& k) {
+  return name_from(k, std::to_string(k.heads), to_string(k.state), to_string(k.conv));
 }
 
 std::string program_name(const KernelKey& k) {
   // The key name with '*' for each field the program is not compiled for.
   const bool heads = heads_in_program(k.op), storage = storage_in_program(k.op);
-  return fmt::format("{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}.{}{}", kKeyLayout[0].prefix, to_string(k.op),
-                     kKeyLayout[1].prefix, heads ? std::to_string(k.heads) : "*", kKeyLayout[2].prefix,
-                     storage ? to_string(k.state) : "*", kKeyLayout[3].prefix, storage ? to_string(k.conv) : "*",
-                     kKeyLayout[4].prefix, k.tokens, kKeyLayout[5].prefix, to_string(k.gate), kKeyLayout[6].prefix,
-                     to_string(k.route), kKeyLayout[7].prefix, to_string(k.arch));
+  return name_from(k, heads ? std::to_string(k.heads) : "*", storage ? to_string(k.state) : "*",
+                   storage ? to_string(k.conv) : "*");
 }
 
 std::string key_name_shape() {
