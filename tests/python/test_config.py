@@ -216,7 +216,11 @@ class Prewarm(unittest.TestCase):
             for d in ("f32", "bf16"):
                 want.update(kdajit.keys_for(h, state_dtype=d, arch="sm_90"))
         self.assertEqual({r.key for r in results}, want)
-        self.assertTrue(all(r.status == "compiled" for r in results), results)
+        # H 1 and 2 of a family are one program: one of each pair is compiled,
+        # the other made from its cubin (reported as cached: nothing compiled).
+        statuses = sorted(r.status for r in results)
+        self.assertEqual(statuses.count("compiled"), len(want) // 2, results)
+        self.assertEqual(statuses.count("cached"), len(want) // 2, results)
 
     def test_bad_key_names_raise(self):
         with self.assertRaises(ValueError):
