@@ -114,7 +114,7 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
     for (int64_t hh = 0; hh < key.heads; ++hh)
       for (int64_t i = 0; i < kHeadDim; ++i) {
         const double e = ref::load(ov, {r, hh, i}), g = ref::load(og, {r, hh, i});
-        if (!std::isfinite(g) || std::abs(g - e) > tol.output_atol + tol.output_rtol * std::abs(e))
+        if (!tol.output_within(g, e))
           fail(fmt::format("output[{}, {}, {}]: got {}, expected {}", r, hh, i, g, e));
         num += (g - e) * (g - e);
         den += e * e;
@@ -126,7 +126,7 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
   // State: the live sequences' slots within the rel L2 limit; every other slot byte for byte.
   const kdajit_tensor_t& sv = expected.view(Tensor::state);
   const kdajit_tensor_t& sg = got.view(Tensor::state);
-  const double state_limit = key.state == StateDtype::f32 ? tol.state_f32_rel_l2 : tol.state_bf16_rel_l2;
+  const double state_limit = tol.state_rel_l2(key.state == StateDtype::bf16);
   num = den = 0;
   for (int64_t s = 0; s < expected.num_slots(); ++s) {
     const bool live = slot_written(h, s);

@@ -94,7 +94,7 @@ void compare_output(Failures& fail, CompareReport& rep, const Problem& exp, cons
     std::string why;
     if (!std::isfinite(g)) why = "not finite";
     else if (!live && g != 0.0) why = fmt::format("row {} is not computed and must be zero", i[0]);
-    else if (live && !(d <= tol.output_atol + tol.output_rtol * std::fabs(e)))
+    else if (live && !tol.output_within(g, e))
       why = fmt::format("outside rtol {} / atol {}", tol.output_rtol, tol.output_atol);
     if (why.empty()) return;
     if (rep.output_bad_elements++ < 3)
@@ -159,7 +159,7 @@ void compare_state(Failures& fail, CompareReport& rep, const Problem& exp, const
   else walk(float{});
   rep.state_max_abs = max_abs;
   rep.state_bad_elements = bad;
-  const double lim = bf16 ? tol.state_bf16_rel_l2 : tol.state_f32_rel_l2;
+  const double lim = tol.state_rel_l2(bf16);
   rep.state_rel_l2 = rel_l2(err2, ref2);
   rep.state_change_rel_l2 = rel_l2(err2, change2);
   if (!(rep.state_rel_l2 <= lim))

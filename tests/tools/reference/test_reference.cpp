@@ -1033,10 +1033,7 @@ TEST_CASE("reference: 300 tokens of single steps stay within the prefill's toler
     for (int64_t r = 0; r < 300; ++r) single_step(stepwise, r, 3);
     auto plan = plan_prefill_writes(prefill_args(chunked, m));
     REQUIRE(plan.ok());
-    Tolerances tol;
-    tol.state_f32_rel_l2 = 2e-3;
-    tol.state_bf16_rel_l2 = 8e-3;
-    const CompareReport rep = compare(chunked, stepwise, *plan, tol);
+    const CompareReport rep = compare(chunked, stepwise, *plan, chunked_tolerances());
     INFO("dtype " << dtype << ": " << rep.summary());
     CHECK(rep.pass);
     CHECK(rep.state_rel_l2 < (dtype == KDAJIT_DTYPE_BF16 ? 4e-3 : 1e-6));

@@ -11,6 +11,7 @@
 //   CompareReport rep = compare(expected, got);  // rep.pass, rep.message
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -171,6 +172,13 @@ struct Tolerances {
   double state_f32_rel_l2 = 1e-3;
   double state_bf16_rel_l2 = 6e-3;
   double state_change_rel_l2 = 1e-2;
+
+  // An output element within atol + rtol |expected| (false for NaN or inf).
+  bool output_within(double got, double expected) const {
+    return std::fabs(got - expected) <= output_atol + output_rtol * std::fabs(expected);
+  }
+  // The state's relative L2 limit for its dtype.
+  double state_rel_l2(bool bf16) const { return bf16 ? state_bf16_rel_l2 : state_f32_rel_l2; }
 };
 // The chunked ops' limits (docs/CONTRACT.md §10, §11): §8's output limits, and
 // the state's looser, since the chunked recurrence evaluates in another order
