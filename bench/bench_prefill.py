@@ -4,8 +4,10 @@ One process, one GPU, per cell (shape x H x state dtype f32 / bf16):
 
 - kdajit: `kdajit.fused_kda_prefill` (this checkout's python/kdajit; the
   library from --lib or KDAJIT_LIBRARY) with the route the selector picks, and
-  with --routes also each route forced (rowcta, split2, split4, split8; a
-  route that cannot serve the cell is reported as such). A route is forced by
+  with --routes also each route forced (rowcta, split2, split4, split8,
+  twopass; a route that cannot serve the cell is reported as such). Every
+  kdajit call gets a workspace of kdajit.prefill_workspace_bytes (allocated
+  once per cell, as an engine would), so the selector may pick twopass. A route is forced by
   a `kdajit.Runtime(route=...)` installed as the process runtime around that
   route's calls (the package reads the process runtime on every call). A cell
   whose call fails reports the error and the run goes on. The route column is
@@ -103,7 +105,7 @@ FLOP_PER_CHUNK_HEAD = (2 * CHUNK * CHUNK * D * 2      # Q K^T, K K^T
                        + 2 * CHUNK * D * D * 2        # W S^T, Q S^T
                        + 2 * CHUNK * CHUNK * D        # A Delta
                        + 2 * CHUNK * D * D)           # Delta^T K (the state update)
-ROUTES = ("rowcta", "split2", "split4", "split8")
+ROUTES = ("rowcta", "split2", "split4", "split8", "twopass")
 LOWER_BOUND = -5.0
 NORM_EPS = 1e-6
 CHECK_LIMIT = 2e-2  # output relative L2, kdajit vs the FLA engine
@@ -273,6 +275,17 @@ class Problem:
         # The pool as drawn, for checks that start from it.
         self.pristine_conv_state = self.conv_state.clone()
         self.pristine_state = self.state.clone()
+        # The scratch an engine gives kdajit's calls (route twopass), from attach_workspace.
+        self.workspace = None
+
+    def attach_workspace(self, kdajit):
+        """A workspace of kdajit.prefill_workspace_bytes for this problem, as an
+        engine allocates once per batch shape (none where the package has no
+        such function: a library before route twopass)."""
+        size_of = getattr(kdajit, "prefill_workspace_bytes", None)
+        if size_of is not None:
+            nbytes = size_of(self.sequences, self.tokens, self.heads)
+            self.workspace = self._torch.empty(nbytes, dtype=self._torch.uint8, device=self.x.device)
 
     def fresh_pools(self):
         """Copies of the pristine conv_state (same strides) and state."""
@@ -292,6 +305,8 @@ def kdajit_arguments(p, conv_state=None, state=None, out=None):
             p.norm_weight, p.query_start_loc)
     kwargs = {"has_initial_state": None, "gate": "bounded", "lower_bound": LOWER_BOUND, "norm_eps": NORM_EPS,
               "max_seq_len": max(p.lengths), "out": p.new_output() if out is None else out}
+    if p.workspace is not None:
+        kwargs["workspace"] = p.workspace
     return args, kwargs
 
 
@@ -308,6 +323,8 @@ def kdajit_chunk_arguments(p, q, k, v, h0):
               "lower_bound": LOWER_BOUND, "safe_gate": True, "use_beta_sigmoid_in_kernel": True,
               "cu_seqlens": p.query_start_loc, "cu_seqlens_cpu": p.query_start_loc_cpu,
               "max_seq_len": max(p.lengths)}
+    if p.workspace is not None:
+        kwargs["workspace"] = p.workspace
     return args, kwargs
 
 
@@ -789,6 +806,8 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
     t_cell = time.time()
     failed = False
     p = problem_of(torch, shape, h, state)
+    if not kd.error:
+        p.attach_workspace(kd.module)
     c = {"shape": shape, "heads": h, "state": state, "sequences": len(lengths), "tokens": sum(lengths),
          "max_seq_len": max(lengths), "floors": floors(lengths, h, state, copy_bw, rate)}
     doc["cells"].append(c)
@@ -852,6 +871,8 @@ def run_forced(torch, a, kd, chunk_kda, c):
     the cell's problem; True when an eligible route failed."""
     t_cell = time.time()
     p = problem_of(torch, c["shape"], c["heads"], c["state"])
+    if not kd.error:
+        p.attach_workspace(kd.module)
     failed = False
     if "error" not in c.get("kdajit_chunk", {"error": ""}):
         log(f"{cell_name(c)}: kdajit chunk, forced routes")

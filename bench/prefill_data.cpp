@@ -5,6 +5,7 @@
 #include <random>
 
 #include "kdajit/kdajit.hpp"
+#include "kdajit/routes.hpp"
 
 namespace kdajit::bench {
 
@@ -37,12 +38,14 @@ kdajit_prefill_args_t prefill_layout_args(const PrefillCell& c) {
   a.query_start_loc = layout_view(KDAJIT_DTYPE_INT32, {N + 1}, {1});
   // has_initial_state stays empty: every sequence starts from its slot.
   a.max_seq_len = c.longest();
+  a.workspace_bytes = twopass_workspace_bytes(N, c.tokens(), c.heads);
   return a;
 }
 
 kdajit_prefill_args_t prefill_stand_in_args(const PrefillCell& c) {
   kdajit_prefill_args_t a = prefill_layout_args(c);
   set_stand_in_pointers<kdajit_prefill_args_t>(a, kTensors);
+  if (a.workspace_bytes > 0) a.workspace = reinterpret_cast<void*>(uintptr_t{1} << 46);
   return a;
 }
 
@@ -57,7 +60,8 @@ PrefillMetadata prefill_metadata(const PrefillCell& c, uint64_t seed) {
 }
 
 size_t PrefillData::bytes_needed(const PrefillCell& c) {
-  return tensors_bytes<kdajit_prefill_args_t>(prefill_layout_args(c), kTensors);
+  const kdajit_prefill_args_t a = prefill_layout_args(c);
+  return tensors_bytes<kdajit_prefill_args_t>(a, kTensors) + static_cast<size_t>(a.workspace_bytes);
 }
 
 Result<std::unique_ptr<PrefillData>> PrefillData::create(const PrefillCell& c, const FillKernels& fill, cudaStream_t s,
@@ -66,6 +70,10 @@ Result<std::unique_ptr<PrefillData>> PrefillData::create(const PrefillCell& c, c
   d->args_ = prefill_layout_args(c);
   kdajit_prefill_args_t& a = d->args_;
   KDAJIT_TRY(d->buffers_.allocate_and_fill<kdajit_prefill_args_t>(a, kTensors, fill, seed, s));
+  if (a.workspace_bytes > 0) {
+    KDAJIT_TRY(d->workspace_.allocate(static_cast<size_t>(a.workspace_bytes)));
+    a.workspace = d->workspace_.get();
+  }
   const PrefillMetadata m = prefill_metadata(c, seed);
   BENCH_CUDA(cudaMemcpyAsync(a.state_indices.data, m.slots.data(), m.slots.size() * 4, cudaMemcpyHostToDevice, s));
   BENCH_CUDA(cudaMemcpyAsync(a.query_start_loc.data, m.qsl.data(), m.qsl.size() * 4, cudaMemcpyHostToDevice, s));

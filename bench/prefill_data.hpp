@@ -4,7 +4,8 @@
 // (class Problem): S = N + 4 slots, every sequence live in a distinct slot of
 // 1..S-1 in shuffled order and starting from it (has_initial_state empty),
 // query_start_loc the running sum of the prompt lengths, max_seq_len the longest,
-// conv_state of K = 3 taps.
+// conv_state of K = 3 taps, and a workspace of kdajit_prefill_workspace_bytes
+// (as an engine gives every call, so that the selector may pick twopass).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +23,8 @@ namespace kdajit::bench {
 
 // The argument views of a cell (shapes, strides, scalars); data pointers null.
 kdajit_prefill_args_t prefill_layout_args(const PrefillCell& c);
-// prefill_layout_args with stand-in data pointers (aligned, never dereferenced):
+// prefill_layout_args with stand-in data pointers, the workspace's too (aligned,
+// never dereferenced):
 // enough for validation and route selection, which read no device memory.
 kdajit_prefill_args_t prefill_stand_in_args(const PrefillCell& c);
 
@@ -43,6 +45,7 @@ class PrefillData : public DeviceArgs<kdajit_prefill_args_t> {
 
  private:
   PrefillData() = default;
+  DeviceBuffer workspace_;
 };
 
 }  // namespace kdajit::bench

@@ -76,6 +76,10 @@ struct KdaParams {
   kda_i32 state_bf16;               // prefill, chunk: 1 when state (and final_state) are bf16, 0 f32
   kda_i64 conv_chan_stride;         // prefill: conv_state elements between channels (SD 1, DS K)
   kda_i64 conv_tap_stride;          // prefill: between taps (SD 3*H*D, DS 1)
+  // The chunked ops' route twopass: the intra-chunk results of every chunk
+  // (templates/kda_prefill.cu, "Route twopass"), KDA_UNIT_BYTES per (unit,
+  // head); null on every other route.
+  unsigned char* workspace;
 };
 
 // chunk_flags of the chunk op.

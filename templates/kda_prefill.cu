@@ -45,6 +45,9 @@
 #ifndef KDA_SMEM_BYTES
 #define KDA_SMEM_BYTES 232448  // hole: dynamic shared memory of a launch
 #endif
+#ifndef KDA_TWOPASS
+#define KDA_TWOPASS 0  // route twopass (kda_prefill_twopass.cu): the intra-chunk kernel and a workspace
+#endif
 
 // One program for every head count: H is the grid's x dimension (gridDim.x),
 // never a hole (kda_primitives.cuh). Likewise for both state dtypes and conv
@@ -856,6 +859,160 @@ __device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long
   zero_rows(p, h, r0, r1, v0, kVRows);
 }
 
+// Steps 1-4 of the chunk of rows row0 = q0 + c0 .. row0 + L - 1: on return
+// (after a barrier) W, U^T, Qg, KdT, A and Γ_C are in shared memory.
+__device__ __forceinline__ void intra_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
+                                            long long c0, int L, bool initial, long long cbase, float A, float dtb) {
+  const long long row0 = q0 + c0;
+  if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
+  else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
+  gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after step 1's stores
+  __syncthreads();
+  const bool safe = factored_blocks_safe(sm);
+  norm_scales(p, sm);
+  const bool factored = __syncthreads_and(safe);
+  scaled_operands(sm);
+  if (factored) {
+    factored_blocks(sm, false);
+  } else {
+    diagonal_blocks(sm);
+    factored_blocks(sm, true);
+  }
+  __syncthreads();
+  invert(sm);
+  apply_inverse(sm);
+  __syncthreads();
+}
+
+// ---- Route twopass (docs/DESIGN.md, "Route twopass") ----
+// The intra-chunk kernel runs steps 1-4 of every chunk of the call at once,
+// one CTA per (unit, head), and leaves each chunk's results in its unit of
+// p.workspace; the state pass kernel (sequence() below) walks the chunks and
+// copies them in instead of computing them. Chunk j of sequence n is unit
+// unit_base(n) + j with unit_base(n) = n + floor(qsl[n] / C): for a
+// non-decreasing query_start_loc every chunk of every live sequence has a
+// unit of its own among the N + ceil(T_total / C) units. A unit starts with
+// the (n, j) it holds, written by the intra-chunk kernel on every call for
+// every unit ((-1, -1): none); the pass kernel computes a chunk whose unit does
+// not hold it (a query_start_loc that is not non-decreasing) itself, so the
+// route computes every call as the fused ones do.
+enum : int {
+  kUnitW = 16,                             // f32 [kC][kD]; bytes 0..7: the (n, j) it holds
+  kUnitUT = kUnitW + kC * kD * 4,          // f32 [kD][kC]
+  kUnitQg = kUnitUT + kD * kC * 4,         // f32 [kC][kD]
+  kUnitKdT = kUnitQg + kC * kD * 4,        // f32 [kD][kC]
+  kUnitA = kUnitKdT + kD * kC * 4,         // f32 [kC][kC]
+  kUnitGammaC = kUnitA + kC * kC * 4,      // f32 [kD]
+  kUnitBytes = (kUnitGammaC + kD * 4 + 127) / 128 * 128,
+};
+#if KDA_TWOPASS
+static_assert(kUnitBytes == KDA_UNIT_BYTES, "the unit layout must match the runtime's workspace size (routes.hpp)");
+static_assert(kSplit == 1, "route twopass runs one CTA per (sequence, head)");
+#endif
+constexpr bool kTwopass = KDA_TWOPASS != 0;
+
+__device__ __forceinline__ long long unit_count(const KdaParams& p) {
+  return static_cast<long long>(p.num_seqs) + (p.rows + kC - 1) / kC;
+}
+__device__ __forceinline__ long long unit_base(const KdaParams& p, int n) {
+  long long q = p.query_start_loc[n];
+  q = q < 0 ? 0 : q > p.rows ? p.rows : q;
+  return n + q / kC;
+}
+__device__ __forceinline__ unsigned char* unit_ptr(const KdaParams& p, long long u, int h) {
+  return p.workspace + (u * gridDim.x + h) * static_cast<long long>(kUnitBytes);
+}
+// Whether unit u of head h holds chunk j of sequence n (read by every thread).
+__device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int h, int n, long long j) {
+  if (u < 0 || u >= unit_count(p)) return false;
+  const int* tag = reinterpret_cast<const int*>(unit_ptr(p, u, h));
+  return tag[0] == n && tag[1] == j;
+}
+
+// Rows x cols f32, row stride ld (16-byte aligned rows) <-> dense rows in a unit.
+__device__ __forceinline__ void unit_store(float* dst, const float* src, int rows, int cols, int ld) {
+  const int per_row = cols / 4;
+  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
+    const int r = i / per_row, c = 4 * (i % per_row);
+    *reinterpret_cast<float4*>(dst + r * cols + c) = *reinterpret_cast<const float4*>(src + r * ld + c);
+  }
+}
+__device__ __forceinline__ void unit_load_async(float* dst, const float* src, int rows, int cols, int ld) {
+  const int per_row = cols / 4;
+  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
+    const int r = i / per_row, c = 4 * (i % per_row);
+    cp_async_16(dst + r * ld + c, src + r * cols + c);
+  }
+}
+
+// The intra-chunk kernel's stores of steps 1-4 (after intra_chunk's barrier).
+__device__ __forceinline__ void store_unit(const Smem& sm, unsigned char* unit) {
+  unit_store(reinterpret_cast<float*>(unit + kUnitW), sm.W(), kC, kD, kLdW);
+  unit_store(reinterpret_cast<float*>(unit + kUnitUT), sm.UT(), kD, kC, kLdT);
+  unit_store(reinterpret_cast<float*>(unit + kUnitQg), sm.Qg(), kC, kD, kLdW);
+  unit_store(reinterpret_cast<float*>(unit + kUnitKdT), sm.KdT(), kD, kC, kLdT);
+  unit_store(reinterpret_cast<float*>(unit + kUnitA), sm.A(), kC, kC, kLdT);
+  unit_store(reinterpret_cast<float*>(unit + kUnitGammaC), sm.gammaC(), 1, kD, kD);
+}
+// The state pass kernel's copies of a unit into the buffers step 5 reads;
+// complete at the caller's cp_async_wait_all() and barrier.
+__device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit) {
+  unit_load_async(sm.W(), reinterpret_cast<const float*>(unit + kUnitW), kC, kD, kLdW);
+  unit_load_async(sm.UT(), reinterpret_cast<const float*>(unit + kUnitUT), kD, kC, kLdT);
+  unit_load_async(sm.Qg(), reinterpret_cast<const float*>(unit + kUnitQg), kC, kD, kLdW);
+  unit_load_async(sm.KdT(), reinterpret_cast<const float*>(unit + kUnitKdT), kD, kC, kLdT);
+  unit_load_async(sm.A(), reinterpret_cast<const float*>(unit + kUnitA), kC, kC, kLdT);
+  unit_load_async(sm.gammaC(), reinterpret_cast<const float*>(unit + kUnitGammaC), 1, kD, kD);
+}
+
+// Whether sequence n computes its rows (a well-formed, non-empty range and a
+// valid slot; the chunk op: a well-formed range, empty ones included, whose
+// final state is its initial one).
+__device__ __forceinline__ bool sequence_live(const KdaParams& p, int q0, int q1, int slot) {
+  return kChunk ? 0 <= q0 && q0 <= q1 && q1 <= p.rows
+                : 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
+}
+
+// The intra-chunk kernel on head h: units u = blockIdx.y, + gridDim.y, ..;
+// the sequence of a unit is the last n with unit_base(n) <= u (a binary
+// search over query_start_loc).
+__device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, int h) {
+  const long long units = unit_count(p);
+  const float A = __expf(p.A_log[h]);
+  const float dtb = p.dt_bias != nullptr ? p.dt_bias[h * kD + (threadIdx.x & (kD - 1))] : 0.f;
+  for (long long u = blockIdx.y; u < units; u += gridDim.y) {
+    unsigned char* unit = unit_ptr(p, u, h);
+    int n = -1;
+    long long j = -1;
+    if (p.num_seqs > 0) {
+      int lo = 0, hi = p.num_seqs - 1;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (unit_base(p, mid) <= u) lo = mid;
+        else hi = mid - 1;
+      }
+      const int q0 = p.query_start_loc[lo], q1 = p.query_start_loc[lo + 1];
+      const int slot = kChunk ? lo : p.state_indices[lo];
+      j = u - unit_base(p, lo);
+      if (sequence_live(p, q0, q1, slot) && j >= 0 && j * kC < static_cast<long long>(q1) - q0) {
+        n = lo;
+        const bool initial =
+            kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+        const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
+        const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+        intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, A, dtb);
+        store_unit(sm, unit);
+      }
+    }
+    if (threadIdx.x == 0) {
+      int* tag = reinterpret_cast<int*>(unit);
+      tag[0] = n;
+      tag[1] = n >= 0 ? static_cast<int>(j) : -1;
+    }
+    __syncthreads();  // the next unit's steps overwrite what store_unit reads
+  }
+}
+
 // One sequence on this CTA.
 __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int n, int h, int rank) {
   const int v0 = rank * kVRows;
@@ -872,8 +1029,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   // clamped to the call's rows, is zeros; with the rows before qsl[0] and
   // after qsl[N] that covers every row no live sequence computes (an ascending
   // path from qsl[0] to qsl[N] steps over every row between them).
-  const bool live = kChunk ? 0 <= q0 && q0 <= q1 && q1 <= p.rows
-                           : 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
+  const bool live = sequence_live(p, q0, q1, slot);
   if (!live) {
     zero_output(p, h, q0, q1, v0);
     return;
@@ -903,29 +1059,30 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   }
 
   int parity = 0;
+  // Route twopass: whether the current chunk's unit holds it (its copy then
+  // already issued, during the previous chunk's step 6).
+  bool loaded = false;
+  if constexpr (kTwopass) {
+    loaded = len > 0 && unit_holds(p, unit_base(p, n), h, n, 0);
+    if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h));
+  }
   for (long long c0 = 0; c0 < len; c0 += kC) {
     const long long row0 = q0 + c0;
     const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-    if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
-    else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
-    gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after step 1's stores
-    __syncthreads();
-    const bool safe = factored_blocks_safe(sm);
-    norm_scales(p, sm);
-    const bool factored = __syncthreads_and(safe);
-    scaled_operands(sm);
-    if (factored) {
-      factored_blocks(sm, false);
+    if (kTwopass && loaded) {
+      cp_async_wait_all();
+      __syncthreads();
     } else {
-      diagonal_blocks(sm);
-      factored_blocks(sm, true);
+      intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, A, dtb);
     }
-    __syncthreads();
-    invert(sm);
-    apply_inverse(sm);
-    __syncthreads();
     if (state_warp) state_pass(sm, st);
     __syncthreads();
+    if constexpr (kTwopass) {
+      // Step 5 is done with the buffers the next unit fills; step 6 reads none of them.
+      const long long u = unit_base(p, n) + c0 / kC + 1;
+      loaded = c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1);
+      if (loaded) load_unit_async(sm, unit_ptr(p, u, h));
+    }
     if constexpr (kChunk) plain_output(p, sm, h, v0, row0, L);
     else norm_output(p, sm, h, v0, rank, row0, L, parity);
     __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
@@ -965,3 +1122,19 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_PREFILL_ENTRY(c
     __syncthreads();
   }
 }
+
+#if KDA_TWOPASS
+#if KDA_CHUNK
+#define KDA_INTRA_ENTRY kda_chunk_intra
+#else
+#define KDA_INTRA_ENTRY kda_prefill_intra
+#endif
+// Route twopass, launched before KDA_PREFILL_ENTRY on the same stream: grid
+// (H, min(units, 65535)), the same block and shared memory.
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_INTRA_ENTRY(const __grid_constant__ KdaParams p) {
+  extern __shared__ __align__(16) unsigned char kda_smem[];
+  const kda::prefill::Smem sm{kda_smem};
+  kda::pdl_wait();
+  kda::prefill::intra_units(p, sm, blockIdx.x);
+}
+#endif

@@ -55,6 +55,9 @@ void add_routes_command(CLI::App& app) {
                        {"chunk", entry_name(Op::chunk)}}},
                      {"eligibility", r.eligibility},
                      {"technique", r.technique}});
+      // A route that launches a kernel before its own (twopass): that kernel's name per op.
+      if (r.pre_grid != nullptr)
+        arr.back()["pre_entry"] = {{"prefill", pre_entry_name(Op::prefill)}, {"chunk", pre_entry_name(Op::chunk)}};
     }
     if (*json_out) {
       fmt::print("{}\n", arr.dump(2));

@@ -11,6 +11,7 @@
 #include "kdajit/device_problem.hpp"
 #include "kdajit/problem.hpp"
 #include "kdajit/reference.hpp"
+#include "kdajit/routes.hpp"
 #include "kdajit/rng.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
@@ -21,7 +22,7 @@ namespace {
 using ref::Problem;
 using ref::Tensor;
 
-// Device copies of the call's int32 metadata (the tensors are a DeviceProblem's).
+// Device copies of the call's int32 metadata and its workspace (the tensors are a DeviceProblem's).
 class DeviceInts {
  public:
   explicit DeviceInts(const DriverApi& api) : api_(api) {}
@@ -35,6 +36,15 @@ class DeviceInts {
     KDAJIT_TRY(cu_check(api_, api_.cuMemAlloc(&d, v.size() * 4), fmt::format("cuMemAlloc({})", what)));
     ptrs_.push_back(d);
     KDAJIT_TRY(cu_check(api_, api_.cuMemcpyHtoD(d, v.data(), v.size() * 4), fmt::format("cuMemcpyHtoD({})", what)));
+    return reinterpret_cast<void*>(d);
+  }
+  // `bytes` of 0xFF (route twopass's workspace: units that hold no chunk).
+  Result<void*> poisoned(int64_t bytes, const char* what) {
+    CUdeviceptr d = 0;
+    KDAJIT_TRY(cu_check(api_, api_.cuMemAlloc(&d, static_cast<size_t>(bytes)), fmt::format("cuMemAlloc({})", what)));
+    ptrs_.push_back(d);
+    const std::vector<unsigned char> poison(static_cast<size_t>(bytes), 0xFF);
+    KDAJIT_TRY(cu_check(api_, api_.cuMemcpyHtoD(d, poison.data(), poison.size()), fmt::format("cuMemcpyHtoD({})", what)));
     return reinterpret_cast<void*>(d);
   }
 
@@ -97,6 +107,9 @@ Result<PrefillCheck> check_prefill(Runtime::Impl& rt, const KernelKey& key, uint
     a.state_indices = dense_tensor_view(slots, KDAJIT_DTYPE_INT32, {N});
     a.query_start_loc = dense_tensor_view(qsl, KDAJIT_DTYPE_INT32, {N + 1});
     a.has_initial_state = dense_tensor_view(initial, KDAJIT_DTYPE_INT32, {N});
+    // Every call brings route twopass's workspace (the other routes ignore it).
+    a.workspace_bytes = twopass_workspace_bytes(N, total, key.heads);
+    KDAJIT_TRY_ASSIGN(a.workspace, ints.poisoned(a.workspace_bytes, "workspace"));
     KDAJIT_TRY(rt.prefill(a, nullptr));
     KDAJIT_TRY(dev->download(got));
   }

@@ -100,12 +100,25 @@ LaunchGrid op_grid(const CallShape& c, const DeviceTraits& d) {
   return chunked(c.family.op) ? split_grid<P>(c, d) : F(c, d);
 }
 
+// Route twopass: the call's workspace holds every chunk's unit.
+bool has_workspace(const CallShape& c, const DeviceTraits&) {
+  return c.workspace_bytes >= twopass_workspace_bytes(c.num_seqs, c.rows, c.family.heads);
+}
+constexpr std::string_view kHasWorkspace =
+    "the call's workspace holds (N + ceil(T_total / 64)) x H x 148096 bytes (kdajit_prefill_workspace_bytes)";
+// Its intra-chunk kernel: one CTA per (head, unit), the units past 65535 by a loop.
+LaunchGrid twopass_pre_grid(const CallShape& c, const DeviceTraits&) {
+  const int64_t units = std::max<int64_t>(c.num_seqs, 0) + (c.rows + kPrefillChunk - 1) / kPrefillChunk;
+  return {static_cast<uint32_t>(c.family.heads), clamp_grid(units), 1};
+}
+constexpr LaunchGrid (*no_pre)(const CallShape&, const DeviceTraits&) = nullptr;
+
 // constexpr: constant-initialised, so other translation units may read the
 // table from their own static initialisers (the GPU tests register their test
 // cases from one).
 constexpr RouteSpec kRoutes[] = {
 #define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
-              eligible, eligibility, grid, stages)                                                                     \
+              eligible, eligibility, grid, stages, pre_grid)                                                           \
   {Route::name,                                                                                                        \
    technique,                                                                                                          \
    {single_template, packed_template, prefill_template},                                                               \
@@ -115,7 +128,8 @@ constexpr RouteSpec kRoutes[] = {
    eligible,                                                                                                           \
    eligibility,                                                                                                        \
    op_grid<grid, cluster>,                                                                                             \
-   op_stages<stages>},
+   op_stages<stages>,                                                                                                  \
+   pre_grid},
 #include "kdajit/routes.def"
 #undef ROUTE
 };
@@ -139,6 +153,7 @@ LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const Device
   p.threads = static_cast<uint32_t>(route.threads(key));
   p.dynamic_smem_bytes = route.dynamic_smem_bytes(key);
   p.cluster_y = static_cast<uint32_t>(route.cluster);
+  if (route.pre_grid != nullptr && chunked(key.op)) p.pre_grid = route.pre_grid(call, device);
   return p;
 }
 
@@ -158,6 +173,24 @@ std::vector<std::string_view> route_names(Op op) {
   for (const RouteSpec& r : kRoutes)
     if (r.serves(op)) out.push_back(r.name());
   return out;
+}
+
+int64_t twopass_workspace_bytes(int64_t num_seqs, int64_t rows, int64_t heads) {
+  if (num_seqs < 0 || rows < 0 || heads < 0) return INT64_MAX;
+  if (rows == 0) return 0;
+  const int64_t chunks = rows / kPrefillChunk + (rows % kPrefillChunk != 0 ? 1 : 0);
+  if (num_seqs > INT64_MAX - chunks) return INT64_MAX;
+  const int64_t units = num_seqs + chunks;
+  if (heads > 0 && units > INT64_MAX / kTwopassUnitBytes / heads) return INT64_MAX;
+  return units * heads * kTwopassUnitBytes;
+}
+
+std::string_view pre_entry_name(Op op) {
+  switch (op) {
+    case Op::prefill: return "kda_prefill_intra";
+    case Op::chunk: return "kda_chunk_intra";
+    default: return {};
+  }
 }
 
 std::string_view entry_name(Op op) {

@@ -19,14 +19,14 @@ torch's C++ headers are there; `hotpath_info()` says whether it is in use).
 from ._abi import ABI_VERSION as __version__
 from ._abi import KdajitError, LibraryNotFound, library_path, nvrtc_candidates, version
 from ._config import PrewarmResult, Support, key_for, keys_for, prewarm, supported
-from ._launch import hotpath_info
+from ._launch import hotpath_info, prefill_workspace_bytes
 from ._ops import (HAS_CUSTOM_OPS, chunk_kda, dry_run, fused_kda_decode, fused_kda_prefill, packed_fused_kda_decode,
                    selected_key)
 from ._runtime import Runtime, configure, runtime
 
 __all__ = [
     "fused_kda_decode", "packed_fused_kda_decode", "fused_kda_prefill", "chunk_kda", "supported", "key_for",
-    "keys_for", "prewarm", "dry_run", "selected_key",
+    "keys_for", "prewarm", "dry_run", "selected_key", "prefill_workspace_bytes",
     "Support", "PrewarmResult", "Runtime", "configure", "runtime", "KdajitError", "LibraryNotFound",
     "library_path", "nvrtc_candidates", "version", "hotpath_info", "HAS_CUSTOM_OPS", "__version__",
 ]

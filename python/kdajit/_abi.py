@@ -102,7 +102,7 @@ PREFILL_TENSOR_FIELDS = (
     "query_start_loc",
 )
 PREFILL_SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("norm_eps", "f"), ("max_seq_len", "q"),
-                         ("oob_counter", "Q"))
+                         ("oob_counter", "Q"), ("workspace", "Q"), ("workspace_bytes", "q"))
 
 
 class PrefillArgs(ctypes.Structure):
@@ -112,6 +112,8 @@ class PrefillArgs(ctypes.Structure):
         ("norm_eps", c_float),
         ("max_seq_len", c_int64),
         ("oob_counter", c_void_p),
+        ("workspace", c_void_p),
+        ("workspace_bytes", c_int64),
     ]
 
 
@@ -120,7 +122,8 @@ CHUNK_TENSOR_FIELDS = (
     "q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state", "final_state", "output", "cu_seqlens",
 )
 CHUNK_SCALAR_FIELDS = (("gate", "i"), ("lower_bound", "f"), ("scale", "f"), ("qk_l2norm", "i"),
-                       ("beta_sigmoid", "i"), ("state_v_first", "i"), ("max_seq_len", "q"))
+                       ("beta_sigmoid", "i"), ("state_v_first", "i"), ("max_seq_len", "q"), ("workspace", "Q"),
+                       ("workspace_bytes", "q"))
 
 
 class ChunkArgs(ctypes.Structure):
@@ -132,6 +135,8 @@ class ChunkArgs(ctypes.Structure):
         ("beta_sigmoid", c_int32),
         ("state_v_first", c_int32),
         ("max_seq_len", c_int64),
+        ("workspace", c_void_p),
+        ("workspace_bytes", c_int64),
     ]
 
 
@@ -242,6 +247,7 @@ PREFILL_ENTRY_POINTS = (
     ("kdajit_prefill_args_init", None, [POINTER(PrefillArgs), c_size_t]),
     ("kdajit_prefill", c_int, [c_void_p, c_char_p, c_void_p]),
     ("kdajit_validate_prefill_args", c_int, [c_char_p]),
+    ("kdajit_prefill_workspace_bytes", c_int64, [c_int64, c_int64, c_int64]),
 )
 
 
@@ -357,13 +363,15 @@ class Library:
             return eps
         with _lock:
             if "_prefill" not in self.__dict__:
-                init, prefill, validate = self._optional_entry_points(PREFILL_ENTRY_POINTS, "prefill",
-                                                                      "fused_kda_prefill")
+                init, prefill, validate, workspace_bytes = self._optional_entry_points(
+                    PREFILL_ENTRY_POINTS, "prefill", "fused_kda_prefill")
                 self._check_init(
                     init, PrefillArgs, "kdajit_prefill_args",
                     lambda a: (a.struct_size, a.gate, a.lower_bound, a.norm_eps, a.max_seq_len, a.oob_counter,
-                               a.x.data, a.x.ndim, a.has_initial_state.ndim),
-                    (ctypes.sizeof(PrefillArgs), GATE_BOUNDED, -5.0, c_float(1e-6).value, 0, None, None, 0, 0))
+                               a.x.data, a.x.ndim, a.has_initial_state.ndim, a.workspace, a.workspace_bytes),
+                    (ctypes.sizeof(PrefillArgs), GATE_BOUNDED, -5.0, c_float(1e-6).value, 0, None, None, 0, 0, None,
+                     0))
+                self.kdajit_prefill_workspace_bytes = workspace_bytes
                 self._prefill = (prefill, validate)
         return self._prefill
 
@@ -382,9 +390,9 @@ class Library:
                     init, ChunkArgs, "kdajit_chunk_args",
                     lambda a: (a.struct_size, a.gate, a.lower_bound, a.scale, a.qk_l2norm, a.beta_sigmoid,
                                a.state_v_first, a.max_seq_len, a.q.data, a.q.ndim, a.dt_bias.ndim,
-                               a.initial_state.ndim, a.final_state.ndim),
+                               a.initial_state.ndim, a.final_state.ndim, a.workspace, a.workspace_bytes),
                     (ctypes.sizeof(ChunkArgs), GATE_BOUNDED, -5.0, c_float(128 ** -0.5).value, 1, 1, 0, 0, None, 0,
-                     0, 0, 0))
+                     0, 0, 0, None, 0))
                 self._chunk = (chunk, validate)
         return self._chunk
 

@@ -766,9 +766,36 @@ def _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter):
     return code, max_seq_len, counter
 
 
+def _workspace(workspace, lead, lead_name):
+    """(address, bytes) of a chunked op's workspace: None, or a strided tensor
+    on the device of `lead` (its bytes are scratch; route twopass needs
+    prefill_workspace_bytes() of them, 16-byte aligned, which the library checks)."""
+    if workspace is None:
+        return 0, 0
+    if not isinstance(workspace, torch.Tensor) or workspace.layout != torch.strided:
+        raise ValueError(f"workspace: expected None or a strided torch.Tensor, got {type(workspace).__name__}")
+    if not workspace.is_contiguous():
+        raise ValueError(f"workspace: expected a contiguous tensor, got strides {_fmt(workspace.stride(), '(', ')')}")
+    if isinstance(lead, torch.Tensor) and workspace.device != lead.device:
+        raise ValueError(f"workspace: expected a tensor on {lead.device} (the device of {lead_name}), got "
+                         f"{workspace.device}")
+    nbytes = workspace.numel() * workspace.element_size()
+    return (workspace.data_ptr() if nbytes else 0), nbytes
+
+
+def prefill_workspace_bytes(num_seqs, total_tokens, heads):
+    """The workspace bytes route twopass needs for a prefill or chunk call (kdajit_prefill_workspace_bytes)."""
+    for name, v in (("num_seqs", num_seqs), ("total_tokens", total_tokens), ("heads", heads)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _abi.INT64_MAX:
+            raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
+    lib = _abi.load()
+    lib.prefill_entry_points()
+    return lib.kdajit_prefill_workspace_bytes(num_seqs, total_tokens, heads)
+
+
 def prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                  norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, out,
-                 oob_counter):
+                 oob_counter, workspace=None):
     """The Python path of the prefill op: (mapping, kdajit_prefill_args_t bytes).
     Raises ValueError for what torch shows and the C ABI cannot see (non-tensors,
     mixed devices, dtypes without a kdajit code, the scalars' Python types); the
@@ -778,7 +805,8 @@ def prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias,
     _check_tensors(PREFILL_ARGS, tensors, _PREFILL_OPTIONAL)
     gate_code, max_seq_len, counter = _prefill_scalars(x, gate, lower_bound, norm_eps, max_seq_len, oob_counter)
     m, values = _mapped_views(PREFILL_ARGS, tensors, _cache_prefill, len(_abi.PREFILL_TENSOR_FIELDS))
-    args = _PREFILL_PACKER.pack(_PREFILL_SIZE, *values, gate_code, lower_bound, norm_eps, max_seq_len, counter)
+    ws = _workspace(workspace, x, "x")
+    args = _PREFILL_PACKER.pack(_PREFILL_SIZE, *values, gate_code, lower_bound, norm_eps, max_seq_len, counter, *ws)
     return m, args
 
 
@@ -813,14 +841,14 @@ def _launch_prefill(args, mapping):
 
 def prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
                  norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, out,
-                 oob_counter, dry=False):
+                 oob_counter, dry=False, workspace=None):
     """The prefill op on given tensors (out allocated by the caller). dry=True:
     validate in the C library (kdajit_validate_prefill_args) instead of
     launching and return the kdajit_prefill_args_t bytes; dry="key": the kernel
     key name the call would launch."""
     m, args = prefill_args(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                            output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
-                           max_seq_len, out, oob_counter)
+                           max_seq_len, out, oob_counter, workspace)
     if dry == "key":
         return _key_of("kdajit_selected_prefill_key", "prefill", "fused_kda_prefill", args, m, _PREFILL_FIELD_TO_ARG)
     if dry:
@@ -871,7 +899,7 @@ def _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_fi
 
 
 def chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate, lower_bound,
-               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len):
+               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len, workspace=None):
     """The Python path of the chunk op: (mapping, kdajit_chunk_args_t bytes).
     dt_bias, initial_state and final_state may be None (empty views). Raises
     ValueError for what torch shows and the C ABI cannot see (non-tensors,
@@ -881,7 +909,7 @@ def chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out
     _check_tensors(CHUNK_ARGS, tensors, _CHUNK_OPTIONAL)
     scalars = _chunk_scalars(gate, lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
     m, values = _mapped_views(CHUNK_ARGS, tensors, _cache_chunk, len(_abi.CHUNK_TENSOR_FIELDS))
-    return m, _CHUNK_PACKER.pack(_CHUNK_SIZE, *values, *scalars)
+    return m, _CHUNK_PACKER.pack(_CHUNK_SIZE, *values, *scalars, *_workspace(workspace, q, "q"))
 
 
 def _launch_chunk(args, mapping):
@@ -893,13 +921,13 @@ def _launch_chunk(args, mapping):
 
 
 def chunk_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate, lower_bound,
-               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len, dry=False):
+               scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len, dry=False, workspace=None):
     """The chunk op on given tensors (out, final_state and an int32 cu_seqlens
     prepared by the caller). dry=True: validate in the C library
     (kdajit_validate_chunk_args) instead of launching and return the
     kdajit_chunk_args_t bytes; dry="key": the kernel key name the call would launch."""
     m, args = chunk_args(q, k, v, g, beta, A_log, dt_bias, initial_state, final_state, out, cu_seqlens, gate,
-                         lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len)
+                         lower_bound, scale, qk_l2norm, beta_sigmoid, state_v_first, max_seq_len, workspace)
     if dry == "key":
         return _key_of("kdajit_selected_chunk_key", "chunk", "chunk_kda", args, m, _CHUNK_FIELD_TO_ARG)
     if dry:

@@ -66,39 +66,40 @@ if HAS_CUSTOM_OPS:
     # The output is `output` here, as in the decode ops (torch's schemas give
     # an argument named `out` a meaning of their own).
     @torch.library.custom_op("kdajit::fused_kda_prefill",
-                             mutates_args=("conv_state", "state", "output", "oob_counter"))
+                             mutates_args=("conv_state", "state", "output", "oob_counter", "workspace"))
     def _prefill_def(x: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, raw_gate: torch.Tensor,
                      raw_beta: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, state_indices: torch.Tensor,
                      state: torch.Tensor, output_gate: torch.Tensor, norm_weight: torch.Tensor,
                      query_start_loc: torch.Tensor, has_initial_state: Optional[torch.Tensor], gate: str,
                      lower_bound: float, norm_eps: float, max_seq_len: int, output: torch.Tensor,
-                     oob_counter: Optional[torch.Tensor]) -> None:
+                     oob_counter: Optional[torch.Tensor], workspace: Optional[torch.Tensor] = None) -> None:
         _launch.prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                              output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound,
-                             norm_eps, max_seq_len, output, oob_counter)
+                             norm_eps, max_seq_len, output, oob_counter, workspace=workspace)
 
     @_prefill_def.register_fake
     def _prefill_fake(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                       output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
-                      max_seq_len, output, oob_counter):
+                      max_seq_len, output, oob_counter, workspace=None):
         return None
 
     # The chunk op writes output and final_state. An in-place final state (the
     # same tensor as initial_state) is passed once, as final_state with
     # state_in_place True, so that no two arguments of the op alias.
-    @torch.library.custom_op("kdajit::chunk_kda", mutates_args=("output", "final_state"))
+    @torch.library.custom_op("kdajit::chunk_kda", mutates_args=("output", "final_state", "workspace"))
     def _chunk_def(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                    A_log: torch.Tensor, dt_bias: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
                    cu_seqlens: torch.Tensor, gate: str, lower_bound: float, scale: float, qk_l2norm: bool,
                    beta_sigmoid: bool, state_v_first: bool, max_seq_len: int, output: torch.Tensor,
-                   final_state: Optional[torch.Tensor], state_in_place: bool) -> None:
+                   final_state: Optional[torch.Tensor], state_in_place: bool,
+                   workspace: Optional[torch.Tensor] = None) -> None:
         _launch.chunk_impl(q, k, v, g, beta, A_log, dt_bias, final_state if state_in_place else initial_state,
                            final_state, output, cu_seqlens, gate, lower_bound, scale, qk_l2norm, beta_sigmoid,
-                           state_v_first, max_seq_len)
+                           state_v_first, max_seq_len, workspace=workspace)
 
     @_chunk_def.register_fake
     def _chunk_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, gate, lower_bound, scale, qk_l2norm,
-                    beta_sigmoid, state_v_first, max_seq_len, output, final_state, state_in_place):
+                    beta_sigmoid, state_v_first, max_seq_len, output, final_state, state_in_place, workspace=None):
         return None
 
     # Calls go through the op overload packets (what torch.compile traces best).
@@ -173,7 +174,7 @@ def packed_fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt
 
 def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                       output_gate, norm_weight, query_start_loc, *, has_initial_state=None, gate="bounded",
-                      lower_bound=-5.0, norm_eps=1e-6, max_seq_len=0, out=None, oob_counter=None):
+                      lower_bound=-5.0, norm_eps=1e-6, max_seq_len=0, out=None, oob_counter=None, workspace=None):
     """Fused KDA prefill: N prompts of any length (0 allowed) packed in T_total
     rows, each from its state slot. Per sequence and head: the causal conv +
     SiLU (history from the slot's conv state), q/k L2 norm, gate, beta, the
@@ -196,6 +197,9 @@ def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_
     gate: 'bounded' (lower_bound < 0) or 'softplus'. max_seq_len: a host-side upper bound of the
     longest sequence for the route choice only (0: T_total); a wrong one costs speed, never
     correctness. oob_counter: None or an int32 device tensor: += 1 per sequence whose slot is >= S.
+    workspace: None or a contiguous device tensor of scratch bytes; with at least
+    prefill_workspace_bytes(N, T_total, H) of them, 16-byte aligned (torch's allocations are), the
+    route for few long prompts (twopass) may run, and may overwrite any of it.
     Launches on torch's current stream of x's device. Returns out, allocated as [1, T_total, H, 128]
     bf16 when None. Contract violations raise ValueError, unsupported configurations
     NotImplementedError, before anything is written.
@@ -207,15 +211,15 @@ def fused_kda_prefill(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_
         out = _launch.new_output(x, A_log, None if traced else lambda stand_in: _launch.prefill_impl(
             x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
             norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps, max_seq_len, stand_in,
-            oob_counter, dry=True))
+            oob_counter, dry=True, workspace=workspace))
     if traced:
         _prefill_op(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                     output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
-                    max_seq_len, out, oob_counter)
+                    max_seq_len, out, oob_counter, workspace)
     else:
         _launch.prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                              output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound,
-                             norm_eps, max_seq_len, out, oob_counter)
+                             norm_eps, max_seq_len, out, oob_counter, workspace=workspace)
     return out
 
 
@@ -317,7 +321,7 @@ def _check_qkv(q, k, v, g, beta):
 
 def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                    use_gate_in_kernel, use_beta_sigmoid_in_kernel, A_log, dt_bias, lower_bound, cu_seqlens,
-                   state_v_first, out, final_state, max_seq_len, kwargs):
+                   state_v_first, out, final_state, max_seq_len, kwargs, workspace=None):
     """chunk_kda's arguments as chunk_impl's (a dict; out and final_state
     allocated where needed, cu_seqlens int32), whether final_state is
     initial_state, and whether the final state is returned. What Python can
@@ -383,14 +387,14 @@ def _chunk_prepare(traced, q, k, v, g, beta, scale, initial_state, output_final_
              final_state=final_state, out=out, cu_seqlens=cu, gate="softplus" if lower_bound is None else "bounded",
              lower_bound=-5.0 if lower_bound is None else lower_bound, scale=D ** -0.5 if scale is None else scale,
              qk_l2norm=use_qk_l2norm_in_kernel, beta_sigmoid=use_beta_sigmoid_in_kernel, state_v_first=state_v_first,
-             max_seq_len=max_seq_len)
+             max_seq_len=max_seq_len, workspace=workspace)
     return a, in_place, output_final_state
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, *,
               A_log=None, dt_bias=None, lower_bound=None, cu_seqlens=None, state_v_first=False, out=None,
-              final_state=None, max_seq_len=0, **kwargs):
+              final_state=None, max_seq_len=0, workspace=None, **kwargs):
     """FLA's chunk_kda (fla.ops.kda.chunk_kda, forward) on kdajit's kernel: the
     gated delta rule of N sequences, chunked 64 tokens a chunk, from an initial
     state per sequence (or zero). Returns (o, final state or None), as FLA.
@@ -416,6 +420,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     initial_state itself to update it in place. out: o's tensor, allocated like q in bf16
     when None. max_seq_len: a host-side upper bound of the longest sequence for the route
     choice only (0: T without cu_seqlens, else FLA's cu_seqlens_cpu when given, else T_total).
+    workspace: None or scratch bytes for the route for few long prompts, as fused_kda_prefill's.
     FLA's other keyword arguments: safe_gate and cu_seqlens_cpu are taken (the first
     changes nothing), transpose_state_layout is state_v_first; allow_neg_eigval,
     disable_recompute, return_intermediate_states, cp_context and chunk_size only at their
@@ -431,13 +436,13 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     a, in_place, returns_state = _chunk_prepare(
         traced, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
         use_gate_in_kernel, use_beta_sigmoid_in_kernel, A_log, dt_bias, lower_bound, cu_seqlens, state_v_first, out,
-        final_state, max_seq_len, kwargs)
+        final_state, max_seq_len, kwargs, workspace)
     if traced:
         _chunk_op(a["q"], a["k"], a["v"], a["g"], a["beta"], a["A_log"], a["dt_bias"],
                   None if in_place else a["initial_state"], a["cu_seqlens"], a["gate"], float(a["lower_bound"]),
                   float(a["scale"]),
                   bool(a["qk_l2norm"]), bool(a["beta_sigmoid"]), bool(a["state_v_first"]), a["max_seq_len"],
-                  a["out"], a["final_state"], in_place)
+                  a["out"], a["final_state"], in_place, a["workspace"])
     else:
         _launch.chunk_impl(**a)
     return a["out"], (a["final_state"] if returns_state else None)

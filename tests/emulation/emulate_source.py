@@ -3,7 +3,8 @@
 runs on the CPU under cuda_on_cpu.hpp: every inline PTX statement becomes the
 emulation's call (a statement it does not know throws when reached), the
 dynamic shared memory is the CTA's buffer, and the kernel is a function of a
-namespace of its own, registered under the key's name.
+namespace of its own, registered under the program's name (route twopass's
+intra-chunk kernel under "<program>#pre").
 
     emulate_source.py KEY SOURCE OUT
 """
@@ -27,6 +28,9 @@ REWRITES = [
     ("mapa.shared::cluster", "remote = 0;"),
     ("st.shared::cluster.f32", "*static_cast<float*>(::kdajit::emu::cluster_peer(local, rank)) = v;"),
     ("%%tid.x", "t = threadIdx.x;"),
+    # cp.async (route twopass's unit copies): done at once; the template waits before any read.
+    ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
+    ("cp.async.wait_all", ""),
 ]
 
 
@@ -91,6 +95,11 @@ def main():
         f.write("\nvoid entry(const void* params) {\n  KdaParams p;\n  std::memcpy(&p, params, sizeof p);\n"
                 "  KDA_PREFILL_ENTRY(p);\n}\n")
         f.write(f"const bool registered = ::kdajit::emu::register_kernel(\"{program}\", &entry, sizeof(KdaParams));\n")
+        # Route twopass: its intra-chunk kernel too, as "<program>#pre".
+        f.write("#if KDA_TWOPASS\nvoid pre_entry(const void* params) {\n  KdaParams p;\n"
+                "  std::memcpy(&p, params, sizeof p);\n  KDA_INTRA_ENTRY(p);\n}\n")
+        f.write(f"const bool registered_pre = ::kdajit::emu::register_kernel(\"{program}#pre\", &pre_entry, "
+                "sizeof(KdaParams));\n#endif\n")
         f.write(f"}}  // namespace kdajit::emu::{ident}\n")
 
 

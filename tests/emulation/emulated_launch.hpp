@@ -3,13 +3,15 @@
 // the grid in turn, each CTA's shared memory NaN bytes at the start. With
 // `max_wave`, the grid's y has at most that many clusters per head, so that a
 // CTA walks several sequences (n, n + wave, ..), as it does when N passes
-// 65535 / P. A prefill or chunk program (H, the state dtype and the conv
-// layout read at run time) runs a call of any of them.
+// 65535 / P (and route twopass's intra-chunk grid at most that many units,
+// so that a CTA walks several). A prefill or chunk program (H, the state dtype
+// and the conv layout read at run time) runs a call of any of them.
 #pragma once
 
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuda_on_cpu.hpp"
 #include "kdajit/kernel_key.hpp"
@@ -17,6 +19,25 @@
 #include "kdajit/runtime/call/validate.hpp"
 
 namespace kdajit::emu {
+
+// Route twopass's workspace in host memory: twopass_workspace_bytes() for the
+// call's sizes, 256-byte aligned, every byte 0xFF (NaN floats, units that
+// hold no chunk) until a call writes it; reused, it holds the last call's units.
+class Workspace {
+ public:
+  Workspace(int64_t num_seqs, int64_t rows, int64_t heads)
+      : size_(twopass_workspace_bytes(num_seqs, rows, heads)),
+        bytes_(static_cast<size_t>(size_ + kWorkspaceAlignment), 0xFF) {}
+  void* data() {
+    const auto a = reinterpret_cast<uintptr_t>(bytes_.data());
+    return bytes_.data() + (kWorkspaceAlignment - a % kWorkspaceAlignment) % kWorkspaceAlignment;
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_;
+  std::vector<unsigned char> bytes_;
+};
 
 inline void emulate_call(const std::string& key_name, const ValidatedCall& call, unsigned max_wave = 0) {
   auto key = parse_key(key_name);
@@ -37,6 +58,18 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
   LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 132});
   if (max_wave > 0 && plan.grid.y > max_wave * plan.cluster_y) plan.grid.y = max_wave * plan.cluster_y;
   const KdaParams params = call.params;
+  if (plan.has_pre()) {
+    // Route twopass: its intra-chunk kernel over the whole pre grid first (clamped like the main grid).
+    const Entry pre = find_kernel(program + "#pre", &params_bytes);
+    if (pre == nullptr) throw std::runtime_error(key_name + ": its program has no emulated intra-chunk kernel");
+    LaunchGrid g = plan.pre_grid;
+    if (max_wave > 0 && g.y > max_wave) g.y = max_wave;
+    const std::function<void()> run_pre = [&] { pre(&params); };
+    grid_dim = {g.x, g.y, g.z};
+    for (unsigned x = 0; x < g.x; ++x)
+      for (unsigned y = 0; y < g.y; ++y)
+        run_cluster(run_pre, x, y, 1, static_cast<int>(plan.threads), plan.dynamic_smem_bytes, 0xFF);
+  }
   const std::function<void()> run = [&] { entry(&params); };
   grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};
   for (unsigned x = 0; x < plan.grid.x; ++x)

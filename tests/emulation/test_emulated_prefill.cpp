@@ -7,6 +7,7 @@
 // (validate_prefill, launch_plan); outputs, states and shared memory start
 // poisoned; the check is test_gpu_prefill's (ref::compare over the
 // reference's write plan, §10's state limits).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ namespace {
 struct Call {
   std::vector<int32_t> lengths, slots, initial;  // per sequence
   int num_slots = 6;
+  emu::Workspace* workspace = nullptr;  // route twopass: reused (else a fresh poisoned one)
 };
 
 // The default call: a new prompt of two chunks (the second of one row, no
@@ -64,6 +66,12 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   a.state_indices = dense_tensor_view(meta.slots.data(), KDAJIT_DTYPE_INT32, {N});
   a.query_start_loc = dense_tensor_view(meta.qsl.data(), KDAJIT_DTYPE_INT32, {N + 1});
   a.has_initial_state = dense_tensor_view(meta.initial.data(), KDAJIT_DTYPE_INT32, {N});
+  std::optional<emu::Workspace> fresh;
+  if (key_name.find(".route_twopass.") != std::string::npos) {
+    emu::Workspace* ws = c.workspace != nullptr ? c.workspace : &fresh.emplace(N, spec.rows, spec.heads);
+    a.workspace = ws->data();
+    a.workspace_bytes = ws->size();
+  }
   auto call = validate_prefill(a);
   INFO(key_name << ": " << (call ? std::string() : call.error().message));
   REQUIRE(call.ok());
@@ -120,4 +128,35 @@ TEST_CASE("emulated prefill kernel: a strong decay (the per-element path for A a
   for (const char* route : {"rowcta", "split2"})
     check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90",
               KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9803, default_call(), 0, -20.f);
+}
+
+TEST_CASE("emulated prefill kernel: route twopass, both programs, one workspace over two calls", "[emulation][prefill]") {
+  // The default call (a new prompt of two chunks, an empty and a short one),
+  // then longer sequences over CTAs that walk several units and sequences,
+  // on the same workspace (its units from the call before); the softplus
+  // program with bf16 state and DS conv.
+  emu::Workspace ws(3, 200 + 130 + 1, 2);
+  Call c = default_call();
+  c.workspace = &ws;
+  check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9811, c);
+  c = {{200, 130, 1}, {3, 1, 2}, {1, 0, 1}};
+  c.workspace = &ws;
+  check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9812, c, 2);
+  check_key("kda_prefill.h2.state_bf16.conv_ds.t64.gate_softplus.route_twopass.sm_90", KDAJIT_DTYPE_BF16,
+            KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9813, default_call());
+}
+
+TEST_CASE("emulated prefill kernel: route twopass, a null slot, a strong decay", "[emulation][prefill]") {
+  // A null slot among live sequences (its units hold no chunk, its rows are
+  // zeros), then the per-element path for A and M in the intra-chunk kernel.
+  // (A chunk without a unit of its own needs a query_start_loc that is not
+  // non-decreasing, whose rows the contract leaves undefined: the chunk op's
+  // emulated case checks that path through its final states.)
+  Call c{{65, 70, 3}, {2, 0, 1}, {1, 1, 0}};
+  check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9814, c, 1);
+  check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9815, c, 0, -20.f);
 }

@@ -167,11 +167,14 @@ TEST_CASE("route table: presets hold every route that serves each family", "[rou
 }
 
 TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]") {
-  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8"};
+  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8", "twopass"};
   CHECK(route_names(Op::prefill) == want);
   for (const RouteSpec& r : route_table()) {
     INFO(r.name());
-    if (r.serves(Op::prefill)) CHECK(r.template_file(Op::prefill) == "kda_prefill.cu");
+    if (r.serves(Op::prefill))
+      CHECK(r.template_file(Op::prefill) == (r.route == Route::twopass ? "kda_prefill_twopass.cu" : "kda_prefill.cu"));
+    // Only twopass launches a kernel before its own.
+    CHECK((r.pre_grid != nullptr) == (r.route == Route::twopass));
   }
   CHECK_FALSE(route_spec(Route::sequential).serves(Op::prefill));
   CHECK_FALSE(route_spec(Route::stream).serves(Op::prefill));
@@ -184,11 +187,55 @@ TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]
   CHECK(entry_name(Op::prefill) == "kda_prefill");
   CHECK(entry_name(Op::single) == "kda_single_decode");
   CHECK(entry_name(Op::packed) == "kda_packed_decode");
+  CHECK(pre_entry_name(Op::prefill) == "kda_prefill_intra");
+  CHECK(pre_entry_name(Op::chunk) == "kda_chunk_intra");
+  CHECK(pre_entry_name(Op::single).empty());
   // The split routes keep their decode limit (T <= 8) to the packed op: a
-  // prefill key's t is the chunk size, and every prefill route is eligible.
+  // prefill key's t is the chunk size, and every prefill route is eligible;
+  // twopass once the call brings its workspace.
   const DeviceTraits h200{Arch::sm_90, 132};
+  CallShape c = shape(Op::prefill, 16, 5000, 3);
   for (const RouteSpec& r : route_table())
-    if (r.serves(Op::prefill)) CHECK(r.eligible(shape(Op::prefill, 16, 5000, 3), h200));
+    if (r.serves(Op::prefill)) CHECK(r.eligible(c, h200) == (r.route != Route::twopass));
+  c.workspace_bytes = twopass_workspace_bytes(3, 5000, 16);
+  CHECK(c.workspace_bytes == (3 + 79) * 16 * kTwopassUnitBytes);
+  for (const RouteSpec& r : route_table())
+    if (r.serves(Op::prefill)) CHECK(r.eligible(c, h200));
+  c.workspace_bytes -= 1;
+  CHECK_FALSE(route_spec(Route::twopass).eligible(c, h200));
+}
+
+TEST_CASE("route table: route twopass's workspace and intra-chunk grid", "[routes]") {
+  // One unit per chunk position: N + ceil(T_total / 64) per head.
+  CHECK(twopass_workspace_bytes(1, 64, 1) == 2 * kTwopassUnitBytes);
+  CHECK(twopass_workspace_bytes(1, 65, 1) == 3 * kTwopassUnitBytes);
+  CHECK(twopass_workspace_bytes(8, 8 * 2048, 16) == (8 + 256) * 16 * kTwopassUnitBytes);
+  CHECK(twopass_workspace_bytes(0, 100, 2) == 2 * 2 * kTwopassUnitBytes);
+  CHECK(twopass_workspace_bytes(5, 0, 16) == 0);
+  CHECK(twopass_workspace_bytes(-1, 10, 1) == INT64_MAX);
+  CHECK(twopass_workspace_bytes(1, 10, -1) == INT64_MAX);
+  CHECK(twopass_workspace_bytes(2147483646, 2147483647, 128) == (int64_t{2147483646} + 33554432) * 128 * kTwopassUnitBytes);
+  CHECK(twopass_workspace_bytes(int64_t{1} << 40, int64_t{1} << 40, 128) == INT64_MAX);
+  CHECK(twopass_workspace_bytes(INT64_MAX - 1, 640, 1) == INT64_MAX);
+  CHECK(twopass_workspace_bytes(0, INT64_MAX, 0) == 0);
+  CHECK(kTwopassUnitBytes % 128 == 0);  // every unit as aligned as the workspace's first
+  const DeviceTraits h200{Arch::sm_90, 132};
+  for (Op op : {Op::prefill, Op::chunk}) {
+    KernelKey k{op, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::twopass, Arch::sm_90};
+    CallShape c = shape(op, 16, 16384, 1);
+    const LaunchPlan p = launch_plan(k, c, h200);
+    CHECK(p.has_pre());
+    CHECK(p.pre_grid.x == 16);
+    CHECK(p.pre_grid.y == 1 + 256);
+    CHECK(p.grid.x == 16);
+    CHECK(p.grid.y == 1);
+    CHECK(p.cluster_y == 1);
+    // Past 65535 units the kernel loops over them.
+    c = shape(op, 16, 2147483647, 70000);
+    CHECK(launch_plan(k, c, h200).pre_grid.y == 65535);
+    k.route = Route::rowcta;
+    CHECK_FALSE(launch_plan(k, c, h200).has_pre());
+  }
 }
 
 TEST_CASE("route table: the prefill launch plan", "[routes]") {

@@ -25,7 +25,7 @@ using ref::ChunkSpec;
 
 namespace {
 
-constexpr std::string_view kRoutes[] = {"rowcta", "split2", "split4", "split8"};
+constexpr std::string_view kRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass"};
 
 std::string key_for(const ChunkSpec& s, std::string_view route) {
   return fmt::format("kda_chunk.h{}.state_{}.conv_sd.t64.gate_{}.route_{}.{}", s.heads,
@@ -82,7 +82,7 @@ const bool registered = [] {
       s.gate = g;
       s.seed = seed++;
       test::register_test(s.name() + ", every route", "[gpu][chunk]",
-                          [s] { check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]}); });
+                          [s] { check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]}); });
     }
   for (int h : {8, 32, 64, 12, 96}) {
     ChunkSpec s;
@@ -102,7 +102,7 @@ TEST_CASE("chunk: f32 g and beta, beta as given, no L2 norm, state_v_first, ever
   s.qk_l2norm = false;
   s.state_v_first = true;
   s.seed = 9200;
-  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
 }
 
 TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[gpu][chunk]") {
@@ -110,7 +110,7 @@ TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[
   a.initial = false;
   a.dt_bias = false;
   a.seed = 9300;
-  check_routes(a, {"rowcta", "split4"});
+  check_routes(a, {"rowcta", "split4", "twopass"});
   ChunkSpec b;
   b.final_state = false;
   b.state = KDAJIT_DTYPE_BF16;
@@ -120,7 +120,7 @@ TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[
   c.in_place = true;
   c.state_v_first = true;
   c.seed = 9302;
-  check_routes(c, {"rowcta", "split8"});
+  check_routes(c, {"rowcta", "split8", "twopass"});
 }
 
 TEST_CASE("chunk: malformed cu_seqlens ranges give zero rows and leave their final state", "[gpu][chunk]") {
@@ -130,15 +130,15 @@ TEST_CASE("chunk: malformed cu_seqlens ranges give zero rows and leave their fin
   s.cu = {3, 70, 60, 200, 200, 1100, 1300};
   s.rows = 1250;
   s.seed = 9400;
-  check_routes(s, {"rowcta", "split4"});
+  check_routes(s, {"rowcta", "split4", "twopass"});
 }
 
-TEST_CASE("chunk: one sequence of 8192 tokens, rowcta and split4", "[gpu][chunk][long]") {
+TEST_CASE("chunk: one sequence of 8192 tokens, rowcta, split4 and twopass", "[gpu][chunk][long]") {
   ChunkSpec s;
   s.lengths = {8192};
   s.rows_after = 0;
   s.seed = 9450;
-  check_routes(s, {"rowcta", "split4"});
+  check_routes(s, {"rowcta", "split4", "twopass"});
 }
 
 // Half a sub-chunk decays past the factored pass's limit: the diagonal blocks
@@ -147,7 +147,7 @@ TEST_CASE("chunk: a strong decay (the per-element path for A and M), every route
   ChunkSpec s;
   s.lower_bound = -20.f;
   s.seed = 9460;
-  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
 }
 
 TEST_CASE("chunk: a sequence in two calls equals one call, every route", "[gpu][chunk]") {

@@ -21,6 +21,7 @@
 #include "dynamic_tests.hpp"
 #include "gpu_harness.hpp"
 #include "kdajit/kernel_key.hpp"
+#include "kdajit/routes.hpp"
 
 using namespace kdajit;
 using kdajit::ref::Problem;
@@ -32,7 +33,7 @@ namespace {
 
 constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk
 // The prefill op's routes, by name (options.route takes the name).
-constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8"};
+constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass"};
 
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
 std::string_view conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
@@ -210,8 +211,32 @@ class DeviceInts {
   int32_t* ptr_ = nullptr;
 };
 
+// Route twopass's workspace for a call's sizes, 0xFF bytes (units that hold
+// no chunk) until a call writes it.
+class DeviceWorkspace {
+ public:
+  DeviceWorkspace(int64_t num_seqs, int64_t rows, int64_t heads) : bytes_(twopass_workspace_bytes(num_seqs, rows, heads)) {
+    if (bytes_ > 0) {
+      KDAJIT_CUDA_CHECK(cudaMalloc(&ptr_, static_cast<size_t>(bytes_)));
+      KDAJIT_CUDA_CHECK(cudaMemset(ptr_, 0xFF, static_cast<size_t>(bytes_)));
+    }
+  }
+  ~DeviceWorkspace() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceWorkspace(const DeviceWorkspace&) = delete;
+  DeviceWorkspace& operator=(const DeviceWorkspace&) = delete;
+  void* data() const { return ptr_; }
+  int64_t bytes() const { return ptr_ ? bytes_ : 0; }
+
+ private:
+  int64_t bytes_;
+  void* ptr_ = nullptr;
+};
+
 // Device copies of a prefill problem's tensors and metadata, and the call's
-// arguments pointing at them.
+// arguments pointing at them, with a workspace for route twopass (every call
+// gets it; the other routes ignore it).
 class DevicePrefill {
  public:
   explicit DevicePrefill(PrefillProblem& p)
@@ -219,7 +244,8 @@ class DevicePrefill {
         slots_(p.meta.slots),
         qsl_(p.meta.qsl),
         initial_(p.meta.initial),
-        empty_initial_(p.meta.initial.empty()) {
+        empty_initial_(p.meta.initial.empty()),
+        workspace_(static_cast<int64_t>(p.meta.slots.size()), p.tensors.rows(), p.tensors.heads()) {
     KDAJIT_CUDA_CHECK(cudaDeviceSynchronize());  // the metadata copies land before any launch
   }
 
@@ -239,6 +265,8 @@ class DevicePrefill {
     a.query_start_loc = qsl_.view();
     a.max_seq_len = max_seq_len;
     a.oob_counter = oob_counter;
+    a.workspace = workspace_.data();
+    a.workspace_bytes = workspace_.bytes();
     return a;
   }
 
@@ -256,6 +284,7 @@ class DevicePrefill {
   test::DeviceProblem dev_;
   DeviceInts slots_, qsl_, initial_;
   bool empty_initial_;
+  DeviceWorkspace workspace_;
 };
 
 Outcome launch(Runtime& rt, const PrefillArgs& args) {
@@ -368,7 +397,7 @@ const bool registered = [] {
       for (auto g : {KDAJIT_GATE_BOUNDED, KDAJIT_GATE_SOFTPLUS}) {
         const PrefillSpec s = ragged_spec(16, st, cv, g, seed++);
         test::register_test(base_name(s) + ", every route", "[gpu][prefill]", [s] {
-          check_routes(s, {"rowcta", "split2", "split4", "split8"});
+          check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
         });
       }
   for (int h : {8, 32, 64, 12, 24, 48, 96}) {
@@ -383,7 +412,7 @@ const bool registered = [] {
 TEST_CASE("prefill: has_initial_state empty (every sequence starts from its slot), every route", "[gpu][prefill]") {
   PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_F32, KDAJIT_CONV_DS, KDAJIT_GATE_BOUNDED, 6100);
   s.initial_empty = true;
-  check_routes(s, {"rowcta", "split2", "split4", "split8"});
+  check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
 TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "[gpu][prefill]") {
@@ -392,25 +421,25 @@ TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "
     s.conv_taps = 5;
     s.seqs = {{65, Slot::live, 1}, {1, Slot::live, 1}, {130, Slot::live, 0}, {3, Slot::null, 1}, {2, Slot::live, 1}};
     INFO("conv " << conv_name(cv));
-    check_routes(s, {"rowcta", "split2", "split4", "split8"});
+    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
   }
 }
 
 namespace {
 
-// One prompt of 8192 tokens (128 chunks), H = 16: the reference once, two routes.
+// One prompt of 8192 tokens (128 chunks), H = 16: the reference once, three routes.
 void check_long(kdajit_dtype_t st) {
   const PrefillSpec s = one_sequence_spec(8192, st, 6300 + st);
-  check_routes(s, {"rowcta", "split4"});
+  check_routes(s, {"rowcta", "split4", "twopass"});
 }
 
 }  // namespace
 
-TEST_CASE("prefill: one sequence of 8192 tokens, f32 state, rowcta and split4", "[gpu][prefill][long]") {
+TEST_CASE("prefill: one sequence of 8192 tokens, f32 state, rowcta, split4 and twopass", "[gpu][prefill][long]") {
   check_long(KDAJIT_DTYPE_F32);
 }
 
-TEST_CASE("prefill: one sequence of 8192 tokens, bf16 state, rowcta and split4", "[gpu][prefill][long]") {
+TEST_CASE("prefill: one sequence of 8192 tokens, bf16 state, rowcta, split4 and twopass", "[gpu][prefill][long]") {
   check_long(KDAJIT_DTYPE_BF16);
 }
 
@@ -587,7 +616,7 @@ TEST_CASE("prefill: a strong decay (the per-element path for A and M), every rou
     if (g == KDAJIT_GATE_BOUNDED) s.lower_bound = -20.f;
     else s.a_log_shift = 3.f;
     INFO("gate " << gate_name(g));
-    check_routes(s, {"rowcta", "split2", "split4", "split8"});
+    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
   }
 }
 
@@ -603,6 +632,6 @@ TEST_CASE("prefill sanitizer cases", "[sanitize]") {
     s.rows_after = 2;
     s.seed = 6800 + st;
     INFO("state " << dtype_name(st));
-    check_routes(s, {"rowcta", "split2", "split4", "split8"});
+    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
   }
 }

@@ -63,6 +63,8 @@ int main(void) {
   FIELD(kdajit_prefill_args_t, norm_eps);
   FIELD(kdajit_prefill_args_t, max_seq_len);
   FIELD(kdajit_prefill_args_t, oob_counter);
+  FIELD(kdajit_prefill_args_t, workspace);
+  FIELD(kdajit_prefill_args_t, workspace_bytes);
 
   STRUCT(kdajit_chunk_args_t);
   FIELD(kdajit_chunk_args_t, struct_size);
@@ -84,6 +86,8 @@ int main(void) {
   FIELD(kdajit_chunk_args_t, beta_sigmoid);
   FIELD(kdajit_chunk_args_t, state_v_first);
   FIELD(kdajit_chunk_args_t, max_seq_len);
+  FIELD(kdajit_chunk_args_t, workspace);
+  FIELD(kdajit_chunk_args_t, workspace_bytes);
 
   STRUCT(kdajit_runtime_options_t);
   FIELD(kdajit_runtime_options_t, struct_size);

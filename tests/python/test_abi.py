@@ -82,7 +82,7 @@ class Layout(unittest.TestCase):
     def test_prefill_packer_writes_each_field_where_ctypes_reads_it(self):
         self.check_packer(_launch._PREFILL_PACKER, _abi.PrefillArgs, _abi.PREFILL_TENSOR_FIELDS, 0x6161, 0x2000,
                           {"gate": 1, "lower_bound": -2.5, "norm_eps": 0.25, "max_seq_len": 2**40 + 3,
-                           "oob_counter": 0xABCDEF})
+                           "oob_counter": 0xABCDEF, "workspace": 0x7F0000001000, "workspace_bytes": 2**41 + 7})
 
     def test_prefill_arguments_map_onto_the_struct_fields(self):
         self.assertEqual(tuple(f for _, f, _, _ in _launch.PREFILL_ARGS), _abi.PREFILL_TENSOR_FIELDS)
@@ -91,7 +91,8 @@ class Layout(unittest.TestCase):
     def test_chunk_packer_writes_each_field_where_ctypes_reads_it(self):
         self.check_packer(_launch._CHUNK_PACKER, _abi.ChunkArgs, _abi.CHUNK_TENSOR_FIELDS, 0x7171, 0x3000,
                           {"gate": 1, "lower_bound": -2.5, "scale": 0.125, "qk_l2norm": 0, "beta_sigmoid": 1,
-                           "state_v_first": 1, "max_seq_len": 2**40 + 5})
+                           "state_v_first": 1, "max_seq_len": 2**40 + 5, "workspace": 0x7F0000002000,
+                           "workspace_bytes": 2**41 + 9})
 
     def test_chunk_arguments_map_onto_the_struct_fields(self):
         self.assertEqual(tuple(f for _, f, _, _ in _launch.CHUNK_ARGS), _abi.CHUNK_TENSOR_FIELDS)

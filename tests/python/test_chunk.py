@@ -384,6 +384,27 @@ class LibraryValidation(unittest.TestCase):
     def test_the_init_defaults_match_the_ctypes_layout(self):
         _abi.load().chunk_entry_points()  # reads kdajit_chunk_args_init's defaults back; a mismatch raises
 
+    def test_a_workspace_goes_into_the_struct_and_is_checked(self):
+        kw = base()
+        size = kdajit.prefill_workspace_bytes(2, 1000, 128)
+        self.assertEqual(size, (2 + 16) * 128 * 148096)
+        self.assertEqual(kdajit.prefill_workspace_bytes(3, 0, 4), 0)
+        with self.assertRaises(ValueError):
+            kdajit.prefill_workspace_bytes(-1, 10, 2)
+        ws = torch.empty(4096, dtype=torch.uint8)
+        a = _abi.ChunkArgs.from_buffer_copy(kdajit.dry_run(kdajit.chunk_kda, **kw, workspace=ws))
+        self.assertEqual((a.workspace, a.workspace_bytes), (ws.data_ptr(), 4096))
+        a = _abi.ChunkArgs.from_buffer_copy(kdajit.dry_run(kdajit.chunk_kda, **kw))
+        self.assertEqual((a.workspace, a.workspace_bytes), (None, 0))
+        cases = [(ws[1:], "workspace: expected a pointer aligned to 16 bytes"),
+                 (torch.empty(64, 2, dtype=torch.uint8)[:, 0], "workspace: expected a contiguous tensor"),
+                 ("scratch", "workspace: expected None or a strided torch.Tensor")]
+        for bad, phrase in cases:
+            with self.subTest(phrase):
+                with self.assertRaises(ValueError) as cm:
+                    kdajit.dry_run(kdajit.chunk_kda, **kw, workspace=bad)
+                self.assertTrue(str(cm.exception).startswith(phrase), str(cm.exception))
+
 
 class TracedShapes(unittest.TestCase):
     def test_traced_path_allocates_outputs_like_fla(self):
@@ -413,7 +434,7 @@ class TracedShapes(unittest.TestCase):
     def test_schema_mutates_output_and_final_state(self):
         schema = torch.ops.kdajit.chunk_kda.default._schema
         mutated = sorted(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
-        self.assertEqual(mutated, ["final_state", "output"], str(schema))
+        self.assertEqual(mutated, ["final_state", "output", "workspace"], str(schema))
         self.assertEqual(len(schema.returns), 0, str(schema))
 
     @unittest.skipUnless(CUSTOM_OP, NEEDS)

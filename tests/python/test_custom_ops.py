@@ -50,7 +50,7 @@ class CustomOps(unittest.TestCase):
     def test_prefill_schema_mutates_conv_state_state_output_and_the_counter(self):
         schema = torch.ops.kdajit.fused_kda_prefill.default._schema
         mutated = sorted(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
-        self.assertEqual(mutated, ["conv_state", "oob_counter", "output", "state"], str(schema))
+        self.assertEqual(mutated, ["conv_state", "oob_counter", "output", "state", "workspace"], str(schema))
         self.assertEqual(len(schema.returns), 0, str(schema))
 
     def test_eager_calls_bypass_the_dispatcher(self):

@@ -120,6 +120,20 @@ class Eager(unittest.TestCase):
         kt.check_chunk(self, before, o, None, "no final state")
         self.assertTrue(torch.equal(kw["initial_state"].cpu(), before["initial_state"]), "initial_state was written")
 
+    @unittest.skipIf(FAKE, NEEDS_CUDA)
+    def test_a_workspace_lets_the_selector_pick_twopass(self):
+        # One sequence past 1024 tokens at H = 2 with a workspace of prefill_workspace_bytes: the
+        # two-kernel route, against the reference, twice on the same (at first NaN) workspace.
+        H, lengths = 2, [1100, 40]
+        ws = torch.full((kdajit.prefill_workspace_bytes(2, 1140, H),), 0xFF, dtype=torch.uint8, device=DEV)
+        for i in range(2):
+            kw = problem(H, lengths, seed=8150 + i)
+            key = kdajit.selected_key(kdajit.chunk_kda, **kw, workspace=ws)
+            self.assertIn(".route_twopass.", key)
+            run_and_check(self, kw, f"twopass, call {i}", workspace=ws)
+        kw = problem(H, lengths, seed=8152)
+        self.assertNotIn(".route_twopass.", kdajit.selected_key(kdajit.chunk_kda, **kw))
+
     def test_max_seq_len_hints(self):
         for hint in (0, 1, 100, 130, 4096):
             kw = problem(16, [130, 20], seed=8100 + hint)

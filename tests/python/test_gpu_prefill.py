@@ -77,6 +77,29 @@ class Eager(unittest.TestCase):
             run_and_check(self, p, f"max_seq_len {hint}", max_seq_len=hint)
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
+    def test_a_workspace_lets_the_selector_pick_twopass(self):
+        # One prompt past 1024 tokens at H = 2: with a workspace of prefill_workspace_bytes the selector
+        # picks the two-kernel route, which must match the reference; a workspace one byte short, or none,
+        # keeps a fused route. The workspace starts as NaN bytes and is reused by the second call.
+        H, lengths = 2, [1100, 40]
+        size = kdajit.prefill_workspace_bytes(len(lengths), sum(lengths), H)
+        self.assertEqual(size, (2 + 18) * H * 148096)
+        ws = torch.full((size,), 0xFF, dtype=torch.uint8, device=DEV)
+        for i in range(2):
+            p = problem(H, lengths, initial=[1, 0], seed=7250 + i)
+            key = kdajit.selected_key(kdajit.fused_kda_prefill, **p.kwargs(workspace=ws))
+            self.assertTrue(key.endswith(".route_twopass." + key.split(".")[-1]), key)
+            run_and_check(self, p, f"twopass, call {i}", workspace=ws)
+        p = problem(H, lengths, initial=[1, 0], seed=7252)
+        short = kdajit.selected_key(kdajit.fused_kda_prefill, **p.kwargs(workspace=ws[:size - 1]))
+        self.assertNotIn("route_twopass", short)
+        self.assertNotIn("route_twopass", kdajit.selected_key(kdajit.fused_kda_prefill, **p.kwargs()))
+        other = torch.empty(size, dtype=torch.uint8)  # on the host: named before the library is asked
+        with self.assertRaises(ValueError) as cm:
+            kdajit.fused_kda_prefill(**p.kwargs(workspace=other))
+        self.assertTrue(str(cm.exception).startswith("workspace: expected a tensor on"), str(cm.exception))
+
+    @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_oob_counter_counts_out_of_range_sequences(self):
         p = problem(8, [5, 6, 0, 4], kinds=["oob", "live", "live", "oob"], initial=[1, 1, 1, 1], seed=7200)
         counter = torch.zeros(1, dtype=torch.int32, device=DEV)

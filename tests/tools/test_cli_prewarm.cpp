@@ -261,7 +261,8 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
           CHECK(j["ctas_per_sm"][field] == 1);
           CHECK(j["dynamic_smem"][field]["bytes"] == 232448);
           CHECK(j["dynamic_smem"][field]["stages"] == 0);
-          CHECK(j["templates"]["prefill"] == "kda_prefill.cu");
+          CHECK(j["templates"]["prefill"] ==
+                (spec.route == Route::twopass ? "kda_prefill_twopass.cu" : "kda_prefill.cu"));
         }
       }
     // Stages (route stream): the dynamic shared memory the launcher asks for.
@@ -279,6 +280,9 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
   CHECK(routes[static_cast<size_t>(Route::split8)]["ops"] == json::array({"prefill", "chunk"}));
   CHECK(routes[0]["entry"]["chunk"] == "kda_chunk");
   CHECK(routes[static_cast<size_t>(Route::split8)]["cluster"] == 8);
+  CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["prefill"] == "kda_prefill_intra");
+  CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["chunk"] == "kda_chunk_intra");
+  CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("pre_entry"));
   CHECK(routes[0]["entry"]["prefill"] == "kda_prefill");
   Run table = cli({"routes"}, scratch.path());
   CHECK(table.code == 0);
@@ -290,10 +294,11 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
 TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
   TempDir scratch;
   const std::string root = scratch / "cache";
-  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 4 prefill routes.
+  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 5 prefill routes.
   Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), kSm90);
   REQUIRE(keys.code == 0);
-  CHECK(count_lines(keys.out, "kda_prefill.") == 64);
+  CHECK(count_lines(keys.out, "kda_prefill.") == 80);
+  CHECK(keys.out.find("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_split8.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_stream") == std::string::npos);
 
@@ -309,7 +314,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   std::set<std::string> want;
   for (std::string_view route : {"rowcta", "split2", "split4", "stream"})
     want.insert(fmt::format("kda_packed.h16.state_f32.conv_sd.t4.gate_bounded.route_{}.sm_90", route));
-  for (std::string_view route : {"rowcta", "split2", "split4", "split8"})
+  for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass"})
     want.insert(fmt::format("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_{}.sm_90", route));
   CHECK(names == want);
   // --t 64 names the prefill keys' t (a packed-only pattern cannot take it).
@@ -338,7 +343,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   std::set<std::string> chunk_want;
   for (std::string_view st : {"f32", "bf16"})
     for (std::string_view g : {"bounded", "softplus"})
-      for (std::string_view route : {"rowcta", "split2", "split4", "split8"})
+      for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass"})
         chunk_want.insert(fmt::format("kda_chunk.h16.state_{}.conv_sd.t64.gate_{}.route_{}.sm_90", st, g, route));
   CHECK(chunk_names == chunk_want);
   CHECK(count_lines(keys.out, "kda_chunk.") == 0);
@@ -351,7 +356,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   Run stream = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90"}, scratch.path(),
                    kSm90);
   CHECK(stream.code == 2);
-  CHECK(stream.err.find("route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8") !=
+  CHECK(stream.err.find("route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8|twopass") !=
         std::string::npos);
   Run t8 = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t8.gate_bounded.route_rowcta.sm_90"}, scratch.path(), kSm90);
   CHECK(t8.code == 2);

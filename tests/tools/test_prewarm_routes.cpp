@@ -75,13 +75,16 @@ TEST_CASE("prewarm --sm-count compiles every key the selector picks for the pres
             continue;
           }
           if (family.op == Op::prefill) {
-            // b sequences, the longest of each length band (short, the split threshold, long).
+            // b sequences, the longest of each length band (short, the split
+            // threshold, long), with and without a workspace (route twopass).
             call.num_seqs = b;
-            for (int64_t longest : {1, 1023, 1024, 65536}) {
-              call.rows = b * longest;
-              call.max_seq_len = longest;
-              drive(call);
-            }
+            for (int64_t longest : {1, 1023, 1024, 65536})
+              for (bool workspace : {false, true}) {
+                call.rows = b * longest;
+                call.max_seq_len = longest;
+                call.workspace_bytes = workspace ? twopass_workspace_bytes(b, call.rows, family.heads) : 0;
+                drive(call);
+              }
             continue;
           }
           REQUIRE(family.tokens >= 1);

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "kdajit/chunk_problem.hpp"
+#include "kdajit/routes.hpp"
 #include "kdajit/runtime/device/driver_api.hpp"
 
 namespace kdajit::ref {
@@ -28,6 +29,21 @@ Result<std::unique_ptr<DeviceChunk>> DeviceChunk::upload(ChunkProblem& p) {
     (d->args_.*field).data = reinterpret_cast<void*>(ptr);
   }
   if (p.spec.in_place) d->args_.final_state = d->args_.initial_state;
+  // Route twopass's workspace, 0xFF bytes (units that hold no chunk) until a call writes it.
+  const int64_t ws = twopass_workspace_bytes(p.N, p.R, p.H);
+  if (ws > 0) {
+    CUdeviceptr ptr = 0;
+    KDAJIT_TRY(cu_check(*api, api->cuMemAlloc(&ptr, static_cast<size_t>(ws)), fmt::format("cuMemAlloc({} bytes)", ws)));
+    d->workspace_ = {ptr, static_cast<size_t>(ws)};
+    if (api->cuMemsetD32) {
+      KDAJIT_TRY(cu_check(*api, api->cuMemsetD32(ptr, 0xFFFFFFFFu, static_cast<size_t>(ws) / 4), "cuMemsetD32"));
+    } else {
+      const std::vector<unsigned char> poison(static_cast<size_t>(ws), 0xFF);
+      KDAJIT_TRY(cu_check(*api, api->cuMemcpyHtoD(ptr, poison.data(), poison.size()), "cuMemcpyHtoD"));
+    }
+    d->args_.workspace = reinterpret_cast<void*>(ptr);
+    d->args_.workspace_bytes = ws;
+  }
   // A copy from pageable memory may return before its DMA has landed, and the
   // call runs on a non-blocking stream that does not order with these copies:
   // without this wait the kernel can read stale inputs or have its outputs
@@ -41,6 +57,7 @@ DeviceChunk::~DeviceChunk() {
   if (!api) return;
   for (const auto& [ptr, size] : buffers_)
     if (ptr) (*api)->cuMemFree(ptr);
+  if (workspace_.first) (*api)->cuMemFree(workspace_.first);
 }
 
 Status DeviceChunk::download(ChunkProblem& p) const {

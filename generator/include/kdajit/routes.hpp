@@ -30,6 +30,9 @@ struct CallShape {
   // Prefill op: the caller's bound on the longest sequence (max_seq_len, 0
   // replaced by T_total, clamped to T_total); the selector's input only.
   int64_t max_seq_len = 0;
+  // Chunked ops: the bytes of the caller's workspace (0: none); route twopass
+  // needs twopass_workspace_bytes() of them.
+  int64_t workspace_bytes = 0;
 };
 
 // The device a call runs on, as the selector sees it (read once per context).
@@ -63,6 +66,17 @@ inline constexpr int kPrefillThreads = 256;
 inline constexpr int kPrefillCtasPerSm = 1;
 inline constexpr uint32_t kPrefillSmemBytes = 232448;
 
+// Route twopass (templates/kda_prefill.cu, "Route twopass"): one unit per
+// chunk position, N + ceil(T_total / 64) of them per head, each holding a
+// chunk's W, U^T, Q̂ ∘ Γ, (K̂ ∘ Γ_C / Γ)^T (64 x 128 f32 each), A (64 x 64
+// f32), Γ_C and the chunk it holds; the kernel static_asserts the size
+// (KDA_UNIT_BYTES). The workspace's data must be 16-byte aligned.
+inline constexpr int64_t kTwopassUnitBytes = 148096;
+inline constexpr int64_t kWorkspaceAlignment = 16;
+// The workspace route twopass needs for N sequences, T_total rows and H heads
+// (0 when T_total is 0); a negative or overflowing size gives INT64_MAX.
+int64_t twopass_workspace_bytes(int64_t num_seqs, int64_t rows, int64_t heads);
+
 // The work items of a call per head: single op, its rows; packed op,
 // max(N, ceil(R / T)) (item i: sequence i and the tail-row candidates
 // i + k n, k < T; templates/kda_packed_item.cuh, packed_items(), is the same
@@ -95,6 +109,9 @@ struct RouteSpec {
   // Shared-memory state stages per CTA for a key (KDA_STAGES; 0: the route
   // has none). Each holds one (slot, head) state slice in dynamic shared memory.
   int (*stages)(const KernelKey& key) = nullptr;
+  // The grid of a kernel this route launches before its own (route twopass),
+  // or nullptr.
+  LaunchGrid (*pre_grid)(const CallShape& call, const DeviceTraits& device) = nullptr;
 
   std::string_view name() const { return to_string(route); }
   int ctas_per_sm(const KernelKey& key) const { return ctas_per_sm_of(key); }
@@ -115,6 +132,11 @@ struct LaunchPlan {
   uint32_t threads = 0;
   uint32_t dynamic_smem_bytes = 0;
   uint32_t cluster_y = 1;  // cluster dimension along grid y (1: no cluster)
+  // A kernel launched first on the same stream, with the same block, shared
+  // memory and parameters and no cluster (route twopass: its intra-chunk
+  // kernel, pre_entry_name()); pre_grid.x == 0: none.
+  LaunchGrid pre_grid{0, 0, 0};
+  bool has_pre() const { return pre_grid.x > 0; }
 };
 LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const DeviceTraits& device);
 
@@ -126,5 +148,8 @@ std::vector<std::string_view> route_names(Op op);
 
 // The kernel's extern "C" name in the generated source (one per op, every route).
 std::string_view entry_name(Op op);
+// The extern "C" name of the kernel a route with a pre_grid launches first
+// (kda_prefill_intra, kda_chunk_intra); empty for the decode ops.
+std::string_view pre_entry_name(Op op);
 
 }  // namespace kdajit

@@ -229,6 +229,13 @@ typedef struct kdajit_prefill_args {
   int64_t max_seq_len;
   /* NULL or a 4-byte aligned device int32: += one per sequence whose slot is >= S. */
   int32_t* oob_counter;
+  /* Optional device scratch (appended: a shorter struct_size means none): NULL
+   * with workspace_bytes 0, or 16-byte aligned with its size in bytes. With at least
+   * kdajit_prefill_workspace_bytes(N, T_total, H) bytes the selector may pick
+   * route twopass (docs/CONTRACT.md §10.4); the call may overwrite any of it.
+   * Not read or written by other routes. */
+  void* workspace;
+  int64_t workspace_bytes;
 } kdajit_prefill_args_t;
 
 /* Arguments of kdajit_chunk (docs/CONTRACT.md §11): the delta rule of
@@ -276,6 +283,13 @@ typedef struct kdajit_chunk_args {
   int32_t state_v_first;   /* 0 (default): states [n, h, k, v]; 1: [n, h, v, k] */
   /* As kdajit_prefill_args_t.max_seq_len: the selector's host hint; 0: T_total. */
   int64_t max_seq_len;
+  /* Optional device scratch (appended: a shorter struct_size means none): NULL
+   * with workspace_bytes 0, or 16-byte aligned with its size in bytes. With at least
+   * kdajit_prefill_workspace_bytes(N, T_total, H) bytes the selector may pick
+   * route twopass (docs/CONTRACT.md §11); the call may overwrite any of it.
+   * Not read or written by other routes. */
+  void* workspace;
+  int64_t workspace_bytes;
 } kdajit_chunk_args_t;
 
 typedef enum kdajit_log_level {
@@ -416,6 +430,12 @@ KDAJIT_API kdajit_status_t kdajit_prefill(kdajit_runtime_t* runtime, const kdaji
                                           kdajit_stream_t stream);
 /* Validates prefill args against §10 without launching. */
 KDAJIT_API kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args);
+/* The workspace bytes route twopass needs for a prefill or chunk call of
+ * num_seqs sequences, total_tokens rows and heads heads:
+ * (num_seqs + ceil(total_tokens / 64)) * heads * 148096 (0 for no rows), or
+ * INT64_MAX for negative arguments or a size past it. A host function of the
+ * call's sizes: no device read, usable before a CUDA graph capture. */
+KDAJIT_API int64_t kdajit_prefill_workspace_bytes(int64_t num_seqs, int64_t total_tokens, int64_t heads);
 
 /* Zeroes args, then sets struct_size, gate BOUNDED, lower_bound -5, scale
  * 1/sqrt(128), qk_l2norm 1, beta_sigmoid 1, state_v_first 0 and max_seq_len 0,

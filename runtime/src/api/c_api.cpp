@@ -10,6 +10,7 @@
 
 #include "kdajit/kdajit_version.h"
 #include "kdajit/printable.hpp"
+#include "kdajit/routes.hpp"
 #include "kdajit/runtime/api/runtime_impl.hpp"
 #include "kdajit/runtime/api/sized_struct.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
@@ -248,6 +249,10 @@ kdajit_status_t kdajit_validate_prefill_args(const kdajit_prefill_args_t* args) 
     auto r = kdajit::validate_prefill(**a);
     return r ? kdajit::Outcome{} : kdajit::to_outcome(std::move(r).error());
   });
+}
+
+int64_t kdajit_prefill_workspace_bytes(int64_t num_seqs, int64_t total_tokens, int64_t heads) {
+  return kdajit::twopass_workspace_bytes(num_seqs, total_tokens, heads);
 }
 
 void kdajit_chunk_args_init_v1(kdajit_chunk_args_t* args, size_t struct_size) {

@@ -214,8 +214,15 @@ Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_
     KDAJIT_TRY_ASSIGN(r.kernel, registry->load(ctx, r.key, /*allow_build=*/capture == CU_STREAM_CAPTURE_STATUS_NONE));
   }
   // The launch shape is the route's row of the table applied to the call.
-  const PreparedLaunch prepared = prepare_launch(launch_plan(r.key, call.shape, r.device), pdl);
-  return launch(*api, r.kernel->function, prepared, cu_stream, call.params, r.key);
+  const LaunchPlan plan = launch_plan(r.key, call.shape, r.device);
+  if (plan.has_pre()) {
+    // Route twopass: its intra-chunk kernel first, same block and shared memory, no cluster.
+    LaunchPlan pre = plan;
+    pre.grid = plan.pre_grid;
+    pre.cluster_y = 1;
+    KDAJIT_TRY(launch(*api, r.kernel->pre_function, prepare_launch(pre, pdl), cu_stream, call.params, r.key));
+  }
+  return launch(*api, r.kernel->function, prepare_launch(plan, pdl), cu_stream, call.params, r.key);
 }
 
 Status Runtime::Impl::prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream) {

@@ -19,12 +19,21 @@ namespace {
 // use. The longest sequence is the caller's hint (max_seq_len; T_total
 // without one): every route computes every length, the hint only picks the
 // faster one.
+//
+// twopass, for a call that brings its workspace, where the fused routes leave
+// most SMs idle (N x H at most half the SMs) on a prompt of 1024 tokens or
+// more: its intra-chunk kernel spreads every chunk over the SMs and its state
+// pass walks the chunks at a fraction of a fused chunk's time. Not yet measured
+// on the H200 (docs/DESIGN.md, "Route twopass", says what decides it): a call
+// without a workspace never takes it.
 constexpr int64_t kPrefillSplitMinLength = 1024;
 
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
   const int64_t x = std::max<int64_t>(call.num_seqs, 1) * call.family.heads;
+  const RouteSpec& twopass = route_spec(Route::twopass);
+  if (longest >= kPrefillSplitMinLength && 2 * x <= sms && twopass.eligible(call, device)) return Route::twopass;
   const RouteSpec& split4 = route_spec(Route::split4);
   if (longest >= kPrefillSplitMinLength && x * split4.cluster <= sms && split4.eligible(call, device))
     return Route::split4;
@@ -114,15 +123,18 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   call.family = family;
   const bool prefill = chunked(family.op);
   if (prefill) {
-    // The pick depends on N, H, the SMs and whether the longest prompt reaches
-    // kPrefillSplitMinLength: one short and one long length per N covers it.
+    // The pick depends on N, H, the SMs, whether the longest prompt reaches
+    // kPrefillSplitMinLength and whether the call brings a workspace: one
+    // short and one long length per N, with and without one, covers it.
     for (size_t b = 1; b <= n; ++b)
-      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength}) {
-        call.num_seqs = static_cast<int64_t>(b);
-        call.rows = call.num_seqs * longest;
-        call.max_seq_len = longest;
-        pick(call, b);
-      }
+      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength})
+        for (bool workspace : {false, true}) {
+          call.num_seqs = static_cast<int64_t>(b);
+          call.rows = call.num_seqs * longest;
+          call.max_seq_len = longest;
+          call.workspace_bytes = workspace ? twopass_workspace_bytes(call.num_seqs, call.rows, family.heads) : 0;
+          pick(call, b);
+        }
   } else {
     // Every slot-index mode validation can derive from the data; the packed op's
     // rows run concurrently and never take repeated slots.

@@ -267,7 +267,10 @@ Result<KernelKey> config_key(const kdajit_config_t& c, int64_t rows) {
 
 Result<std::vector<KernelKey>> config_keys(const kdajit_config_t& c) {
   KDAJIT_TRY_ASSIGN(auto derived, derive(c, 1));
-  const auto& [call, device] = derived;
+  auto& [call, device] = derived;
+  // A chunked call may bring a workspace (route twopass): its keys are the
+  // configuration's too.
+  if (chunked(call.shape.family.op)) call.shape.workspace_bytes = INT64_MAX;
   std::vector<KernelKey> out;
   for (const RouteSpec& r : route_table())
     if (r.serves(call.shape.family.op) && r.eligible(call.shape, device))

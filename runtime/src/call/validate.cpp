@@ -264,6 +264,21 @@ Status check_oob_counter(const int32_t* oob_counter) {
   return {};
 }
 
+// The chunked ops' optional workspace (route twopass): NULL with 0 bytes, or a
+// 256-byte aligned pointer with > 0 bytes. How much a route needs is its
+// eligibility (routes.hpp), not an error here.
+Status check_workspace(const void* workspace, int64_t bytes) {
+  if (bytes < 0) return invalid_argument(fmt::format("workspace_bytes: expected >= 0, got {}", bytes));
+  if (workspace == nullptr && bytes > 0)
+    return invalid_argument(fmt::format("workspace: expected a device pointer for workspace_bytes {}, got NULL", bytes));
+  if (workspace != nullptr && bytes == 0)
+    return invalid_argument("workspace_bytes: expected the workspace's size (> 0) with a workspace, got 0");
+  if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
+    return invalid_argument(fmt::format("workspace: expected a pointer aligned to {} bytes, got {:#x}",
+                                        kWorkspaceAlignment, reinterpret_cast<uintptr_t>(workspace)));
+  return {};
+}
+
 Result<Scalars> check_scalars(Op op, const kdajit_decode_args_t& a) {
   Scalars sc;
   KDAJIT_TRY_ASSIGN(sc.gate, check_gate_and_eps(a));
@@ -503,6 +518,7 @@ Result<Gate> check_prefill_scalars(const kdajit_prefill_args_t& a) {
     return invalid_argument(fmt::format(
         "max_seq_len: expected 0 (T_total) or a bound >= 1 on the longest sequence, got {}", a.max_seq_len));
   KDAJIT_TRY(check_oob_counter(a.oob_counter));
+  KDAJIT_TRY(check_workspace(a.workspace, a.workspace_bytes));
   return gate;
 }
 
@@ -594,6 +610,7 @@ Result<Gate> check_chunk_scalars(const kdajit_chunk_args_t& a) {
   if (a.max_seq_len < 0)
     return invalid_argument(fmt::format(
         "max_seq_len: expected 0 (T_total) or a bound >= 1 on the longest sequence, got {}", a.max_seq_len));
+  KDAJIT_TRY(check_workspace(a.workspace, a.workspace_bytes));
   return g;
 }
 
@@ -723,6 +740,8 @@ Result<ValidatedCall> validate_prefill(const kdajit_prefill_args_t& a) {
   call.shape.num_seqs = sz.N;
   call.shape.max_seq_len = a.max_seq_len > 0 ? std::min(a.max_seq_len, sz.R) : sz.R;
   call.params = make_prefill_params(a, sz, lay);
+  call.shape.workspace_bytes = a.workspace_bytes;
+  call.params.workspace = static_cast<unsigned char*>(a.workspace);
   return call;
 }
 
@@ -745,6 +764,8 @@ Result<ValidatedCall> validate_chunk(const kdajit_chunk_args_t& a) {
   call.shape.num_seqs = sz.N;
   call.shape.max_seq_len = a.max_seq_len > 0 ? std::min(a.max_seq_len, sz.R) : sz.R;
   call.params = make_chunk_params(a, sz, lay);
+  call.shape.workspace_bytes = a.workspace_bytes;
+  call.params.workspace = static_cast<unsigned char*>(a.workspace);
   call.params.state_bf16 = state == StateDtype::bf16 ? 1 : 0;
   return call;
 }

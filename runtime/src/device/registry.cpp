@@ -66,24 +66,31 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
   KDAJIT_TRY(cu_check(*api, api->cuModuleLoadData(&mod, found.entry->cubin.data()),
                       fmt::format("cuModuleLoadData({})", key_name(key))));
   LoadedKernel k;
-  const std::string entry(entry_name(key.op));
-  if (Status s = cu_check(*api, api->cuModuleGetFunction(&k.function, mod, entry.c_str()),
-                          fmt::format("cuModuleGetFunction({}, {})", key_name(key), entry));
-      !s) {
-    api->cuModuleUnload(mod);
-    return std::move(s).error();
-  }
-  // Routes with shared-memory stages, and every prefill key (the chunk's
-  // buffers, kPrefillSmemBytes), opt in to their dynamic shared memory (above
-  // 48 KiB a launch fails without it).
-  if (const uint32_t smem = route_spec(key.route).dynamic_smem_bytes(key); smem > 0) {
-    if (Status s = cu_check(*api,
-                            api->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                    static_cast<int>(smem)),
-                            fmt::format("cuFuncSetAttribute({}, max dynamic shared memory {} bytes)", key_name(key), smem));
+  const RouteSpec& route = route_spec(key.route);
+  // The key's kernel, and the one its route launches first (route twopass).
+  const bool has_pre = route.pre_grid != nullptr && chunked(key.op);
+  for (CUfunction* f : {&k.function, &k.pre_function}) {
+    if (f == &k.pre_function && !has_pre) break;
+    const std::string entry(f == &k.function ? entry_name(key.op) : pre_entry_name(key.op));
+    if (Status s = cu_check(*api, api->cuModuleGetFunction(f, mod, entry.c_str()),
+                            fmt::format("cuModuleGetFunction({}, {})", key_name(key), entry));
         !s) {
       api->cuModuleUnload(mod);
       return std::move(s).error();
+    }
+    // Routes with shared-memory stages, and every prefill key (the chunk's
+    // buffers, kPrefillSmemBytes), opt in to their dynamic shared memory (above
+    // 48 KiB a launch fails without it).
+    if (const uint32_t smem = route.dynamic_smem_bytes(key); smem > 0) {
+      if (Status s = cu_check(*api,
+                              api->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      static_cast<int>(smem)),
+                              fmt::format("cuFuncSetAttribute({}, {}, max dynamic shared memory {} bytes)",
+                                          key_name(key), entry, smem));
+          !s) {
+        api->cuModuleUnload(mod);
+        return std::move(s).error();
+      }
     }
   }
   std::unique_lock lock(mu_);

@@ -446,7 +446,8 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_rowcta.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split2.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split4.sm_90\n"
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split8.sm_90");
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split8.sm_90\n"
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_twopass.sm_90");
   // tokens must be the chunk size; heads past 128 are UNSUPPORTED as for decode.
   c.tokens = 4;
   CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_INVALID_ARGUMENT);

@@ -130,15 +130,18 @@ TEST_CASE("select: prewarm's route uses of a prefill family are the routes some 
     }
     return out;
   };
-  // H = 16 on 132 SMs: rowcta at every N (short prompts), split4 while 4 x N x 16 <= 132.
+  // H = 16 on 132 SMs: rowcta at every N (short prompts), split4 while 4 x N x 16 <= 132,
+  // twopass (a call with a workspace) while 2 x N x 16 <= 132.
   const auto h16 = uses_of(16, 132);
-  CHECK(h16.size() == 2);
+  CHECK(h16.size() == 3);
   CHECK(h16.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
   CHECK(h16.at(Route::split4) == std::vector<std::pair<int64_t, int64_t>>{{1, 2}});
-  // H = 64: 4 x 64 > 132, rowcta only.
+  CHECK(h16.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 4}});
+  // H = 64: 4 x 64 > 132, rowcta and (N = 1) twopass.
   const auto h64 = uses_of(64, 132);
-  CHECK(h64.size() == 1);
+  CHECK(h64.size() == 2);
   CHECK(h64.count(Route::rowcta) == 1);
+  CHECK(h64.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 1}});
   for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
 }
 

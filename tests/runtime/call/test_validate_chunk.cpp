@@ -205,6 +205,15 @@ TEST_CASE("validate chunk: every rule broken alone names the argument", "[valida
       {"beta_sigmoid", [](HostChunk& h) { h.args.beta_sigmoid = -1; }, "beta_sigmoid: expected 0 or 1, got -1"},
       {"state_v_first", [](HostChunk& h) { h.args.state_v_first = 3; }, "state_v_first: expected 0 or 1, got 3"},
       {"max_seq_len", [](HostChunk& h) { h.args.max_seq_len = -1; }, "max_seq_len: expected 0 (T_total)"},
+      {"workspace_bytes < 0", [](HostChunk& h) { h.args.workspace_bytes = -1; }, "workspace_bytes: expected >= 0, got -1"},
+      {"workspace NULL", [](HostChunk& h) { h.args.workspace_bytes = 4096; },
+       "workspace: expected a device pointer for workspace_bytes 4096, got NULL"},
+      {"workspace without bytes", [](HostChunk& h) { h.args.workspace = reinterpret_cast<void*>(0x10000); },
+       "workspace_bytes: expected the workspace's size (> 0) with a workspace, got 0"},
+      {"workspace alignment", [](HostChunk& h) {
+         h.args.workspace = reinterpret_cast<void*>(0x10008);
+         h.args.workspace_bytes = 4096;
+       }, "workspace: expected a pointer aligned to 16 bytes, got 0x10008"},
   };
   for (const Case& k : cases) {
     INFO(k.what);

@@ -125,6 +125,13 @@ TEST_CASE("validate prefill: what the contract leaves free", "[validate][prefill
     REQUIRE(h.ok());
     CHECK(h->shape.max_seq_len == want);
   }
+  // A workspace goes to the kernel and its size to the selector (route twopass).
+  call.args.workspace = reinterpret_cast<void*>(0x7f0000010000);
+  call.args.workspace_bytes = 12345;
+  auto w = validate_untouched(call);
+  REQUIRE(w.ok());
+  CHECK(w->params.workspace == call.args.workspace);
+  CHECK(w->shape.workspace_bytes == 12345);
 }
 
 struct Rule {
@@ -149,6 +156,14 @@ std::vector<Rule> rules() {
                {"max_seq_len: expected 0 (T_total) or a bound >= 1 on the longest sequence, got -1"}});
   r.push_back({"oob_counter", [](A& a) { a.oob_counter = reinterpret_cast<int32_t*>(0x1002); },
                {"oob_counter: expected NULL or an int32 pointer aligned to 4 bytes, got 0x1002"}});
+  r.push_back({"workspace_bytes", [](A& a) { a.workspace_bytes = -5; }, {"workspace_bytes: expected >= 0, got -5"}});
+  r.push_back({"workspace NULL", [](A& a) { a.workspace_bytes = 4096; },
+               {"workspace: expected a device pointer for workspace_bytes 4096, got NULL"}});
+  r.push_back({"workspace alignment", [](A& a) {
+                 a.workspace = reinterpret_cast<void*>(0x10004);
+                 a.workspace_bytes = 4096;
+               },
+               {"workspace: expected a pointer aligned to 16 bytes, got 0x10004"}});
   // Sizes.
   r.push_back({"A_log H=0", [=](A& a) { set_shape(a.A_log, 0, 0); }, {"A_log: expected shape [H] with H (heads) in 1..128"}});
   r.push_back({"A_log H=129", [=](A& a) { set_shape(a.A_log, 0, 129); },

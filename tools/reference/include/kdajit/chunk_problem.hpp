@@ -85,7 +85,8 @@ struct ChunkReport {
 ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got);
 
 // Device copies of a chunk problem through kdajit's driver API (the current
-// context, else the only GPU's primary one) and the args over them.
+// context, else the only GPU's primary one) and the args over them, with a
+// workspace for route twopass (every route gets it; the others ignore it).
 class DeviceChunk {
  public:
   static Result<std::unique_ptr<DeviceChunk>> upload(ChunkProblem& p);
@@ -101,6 +102,7 @@ class DeviceChunk {
   DeviceChunk() = default;
   kdajit_chunk_args_t args_{};
   std::vector<std::pair<unsigned long long, size_t>> buffers_;  // CUdeviceptr, bytes; index as tensors()
+  std::pair<unsigned long long, size_t> workspace_{0, 0};     // CUdeviceptr, bytes
 };
 
 }  // namespace kdajit::ref

@@ -31,8 +31,10 @@ struct SizedStruct {
 inline constexpr size_t kOptionsSizes[] = {sizeof(kdajit_runtime_options_t)};
 inline constexpr size_t kDecodeArgsSizes[] = {sizeof(kdajit_decode_args_t)};
 inline constexpr size_t kConfigSizes[] = {sizeof(kdajit_config_t)};
-inline constexpr size_t kPrefillArgsSizes[] = {sizeof(kdajit_prefill_args_t)};
-inline constexpr size_t kChunkArgsSizes[] = {sizeof(kdajit_chunk_args_t)};
+// The prefill and chunk args before their workspace fields, then with them.
+inline constexpr size_t kPrefillArgsSizes[] = {offsetof(kdajit_prefill_args_t, workspace),
+                                               sizeof(kdajit_prefill_args_t)};
+inline constexpr size_t kChunkArgsSizes[] = {offsetof(kdajit_chunk_args_t, workspace), sizeof(kdajit_chunk_args_t)};
 
 inline constexpr SizedStruct kOptionsStruct{"options", "kdajit_runtime_options_t", kOptionsSizes};
 inline constexpr SizedStruct kDecodeArgsStruct{"args", "kdajit_decode_args_t", kDecodeArgsSizes};

@@ -22,6 +22,8 @@ class KernelCache;
 
 struct LoadedKernel {
   CUfunction function = nullptr;
+  // The kernel the route launches first (route twopass: pre_entry_name), or null.
+  CUfunction pre_function = nullptr;
 };
 
 // What load() found, since the registry was made.
