@@ -25,7 +25,7 @@ std::string verb_list(CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace kdajit::cli;
-  CLI::App app{"kdajit: generate, JIT-compile, cache and launch fused KDA decode kernels"};
+  CLI::App app{"kdajit: generate, JIT-compile, cache and launch fused KDA decode and prefill kernels"};
   app.set_version_flag("--version", std::string("kdajit ") + KDAJIT_VERSION_STRING);
   app.require_subcommand(1);
   add_keys_command(app);
