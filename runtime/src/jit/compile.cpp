@@ -4,11 +4,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <regex>
 #include <sstream>
 
@@ -51,10 +53,15 @@ std::string failing_source_line(const std::string& log, const std::string& progr
                      source.substr(pos, end == std::string::npos ? end : end - pos));
 }
 
-int first_int(const std::string& log, const std::regex& re) {
-  std::smatch m;
-  return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : 0;
+// Every match of `re`'s first group in `log` (one per kernel of the program), as ints.
+std::vector<int> all_ints(const std::string& log, const std::regex& re) {
+  std::vector<int> out;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stoi((*it)[1].str()));
+  return out;
 }
+int max_of(const std::vector<int>& v, int none) { return v.empty() ? none : *std::max_element(v.begin(), v.end()); }
+int sum_of(const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), 0); }
 
 double thread_cpu_ms() {
   timespec ts{};
@@ -156,7 +163,8 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key) {
 }
 
 KernelResources parse_ptxas_log(const std::string& log) {
-  // Lines of the form (one kernel per program):
+  // Lines of the form, once per kernel of the program (route twopass's
+  // programs hold two; the figures are the larger kernel's, the spills both's):
   //   ptxas info    : Used 96 registers, used 1 barriers, 1600 bytes smem, ...
   //   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
   static const std::regex regs(R"(Used (\d+) registers)");
@@ -165,11 +173,10 @@ KernelResources parse_ptxas_log(const std::string& log) {
   static const std::regex stores(R"((\d+) bytes spill stores)");
   static const std::regex loads(R"((\d+) bytes spill loads)");
   KernelResources r;
-  std::smatch m;
-  r.registers = std::regex_search(log, m, regs) ? std::stoi(m[1].str()) : -1;
-  r.smem_bytes = first_int(log, smem);
-  r.stack_bytes = first_int(log, stack);
-  r.spill_bytes = first_int(log, stores) + first_int(log, loads);
+  r.registers = max_of(all_ints(log, regs), -1);
+  r.smem_bytes = max_of(all_ints(log, smem), 0);
+  r.stack_bytes = max_of(all_ints(log, stack), 0);
+  r.spill_bytes = sum_of(all_ints(log, stores)) + sum_of(all_ints(log, loads));
   return r;
 }
 

@@ -232,4 +232,14 @@ TEST_CASE("the ptxas report parser reads registers, spills, stack and smem", "[c
   CHECK(r.stack_bytes == 8);
   CHECK(r.spill_bytes == 16);
   CHECK(parse_ptxas_log("").registers == -1);
+  // Two kernels (route twopass): the larger figures, the spills of both.
+  const std::string two = log +
+                          "ptxas info    : Compiling entry function 'k_pre' for 'sm_90'\n"
+                          "ptxas info    : Used 128 registers, used 1 barriers, 0 bytes smem, 400 bytes cmem[0]\n"
+                          "ptxas         .     0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n";
+  r = parse_ptxas_log(two);
+  CHECK(r.registers == 128);
+  CHECK(r.smem_bytes == 1600);
+  CHECK(r.stack_bytes == 8);
+  CHECK(r.spill_bytes == 32);
 }

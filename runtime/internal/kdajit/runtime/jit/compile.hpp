@@ -22,6 +22,8 @@ struct BuildInputs {
 };
 
 // Resource usage of the compiled kernel, read from ptxas' verbose log.
+// Of a program: its kernels' largest register count, stack frame and static
+// shared memory, and every kernel's spills together.
 struct KernelResources {
   int registers = -1;
   int spill_bytes = 0;  // spill stores + spill loads
