@@ -72,7 +72,7 @@ if HAS_CUSTOM_OPS:
                      state: torch.Tensor, output_gate: torch.Tensor, norm_weight: torch.Tensor,
                      query_start_loc: torch.Tensor, has_initial_state: Optional[torch.Tensor], gate: str,
                      lower_bound: float, norm_eps: float, max_seq_len: int, output: torch.Tensor,
-                     oob_counter: Optional[torch.Tensor], workspace: Optional[torch.Tensor] = None) -> None:
+                     oob_counter: Optional[torch.Tensor], workspace: Optional[torch.Tensor]) -> None:
         _launch.prefill_impl(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                              output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound,
                              norm_eps, max_seq_len, output, oob_counter, workspace=workspace)
@@ -80,7 +80,7 @@ if HAS_CUSTOM_OPS:
     @_prefill_def.register_fake
     def _prefill_fake(x, conv_weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
                       output_gate, norm_weight, query_start_loc, has_initial_state, gate, lower_bound, norm_eps,
-                      max_seq_len, output, oob_counter, workspace=None):
+                      max_seq_len, output, oob_counter, workspace):
         return None
 
     # The chunk op writes output and final_state. An in-place final state (the
@@ -92,14 +92,14 @@ if HAS_CUSTOM_OPS:
                    cu_seqlens: torch.Tensor, gate: str, lower_bound: float, scale: float, qk_l2norm: bool,
                    beta_sigmoid: bool, state_v_first: bool, max_seq_len: int, output: torch.Tensor,
                    final_state: Optional[torch.Tensor], state_in_place: bool,
-                   workspace: Optional[torch.Tensor] = None) -> None:
+                   workspace: Optional[torch.Tensor]) -> None:
         _launch.chunk_impl(q, k, v, g, beta, A_log, dt_bias, final_state if state_in_place else initial_state,
                            final_state, output, cu_seqlens, gate, lower_bound, scale, qk_l2norm, beta_sigmoid,
                            state_v_first, max_seq_len, workspace=workspace)
 
     @_chunk_def.register_fake
     def _chunk_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, gate, lower_bound, scale, qk_l2norm,
-                    beta_sigmoid, state_v_first, max_seq_len, output, final_state, state_in_place, workspace=None):
+                    beta_sigmoid, state_v_first, max_seq_len, output, final_state, state_in_place, workspace):
         return None
 
     # Calls go through the op overload packets (what torch.compile traces best).

@@ -216,7 +216,7 @@ class CustomOp(unittest.TestCase):
         kw = problem(4, [70, 3], cu_dtype=torch.int32, seed=8600)
         o, ht = kdajit.chunk_kda(**kw)  # compile first
         args = (kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], kw["A_log"], kw["dt_bias"], kw["initial_state"],
-                kw["cu_seqlens"], "bounded", -5.0, D ** -0.5, True, True, False, 0, o, ht, False)
+                kw["cu_seqlens"], "bounded", -5.0, D ** -0.5, True, True, False, 0, o, ht, False, None)
         torch.library.opcheck(torch.ops.kdajit.chunk_kda.default, args)
 
 
@@ -266,7 +266,9 @@ class AgainstFla(unittest.TestCase):
                 if kw.get("cu_seqlens") is not None:
                     kw["cu_seqlens_cpu"] = kw["cu_seqlens"].cpu()
                 before = host_copy(kw)
-                fla_o, fla_ht = self.fla(**kw)
+                # FLA's chunk_kda takes q, k, v, g and beta positionally (its wrapper names them itself).
+                head = [kw[n] for n in ("q", "k", "v", "g", "beta")]
+                fla_o, fla_ht = self.fla(*head, **{n: x for n, x in kw.items() if n not in ("q", "k", "v", "g", "beta")})
                 o, ht = kdajit.chunk_kda(**kw)
                 sync()
                 want_o, want_ht = kt.chunk_reference_of(before)

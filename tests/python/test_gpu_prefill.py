@@ -160,10 +160,11 @@ class CustomOp(unittest.TestCase):
             self.skipTest("torch.library.opcheck needs torch >= 2.4")
         p = problem(4, [70, 3], initial=[1, 0], seed=7500)
         p.call(kdajit)  # compile first
-        kw = p.kwargs(output=p.args["out"], max_seq_len=0, oob_counter=torch.zeros(1, dtype=torch.int32, device=DEV))
+        kw = p.kwargs(output=p.args["out"], max_seq_len=0, oob_counter=torch.zeros(1, dtype=torch.int32, device=DEV),
+                      workspace=None)
         order = ("x", "conv_weight", "conv_state", "raw_gate", "raw_beta", "A_log", "dt_bias", "state_indices",
                  "state", "output_gate", "norm_weight", "query_start_loc", "has_initial_state", "gate", "lower_bound",
-                 "norm_eps", "max_seq_len", "output", "oob_counter")
+                 "norm_eps", "max_seq_len", "output", "oob_counter", "workspace")
         torch.library.opcheck(torch.ops.kdajit.fused_kda_prefill.default, tuple(kw[k] for k in order))
 
 
