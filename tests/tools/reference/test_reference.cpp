@@ -12,6 +12,7 @@
 
 #include "catch.hpp"
 #include "kdajit/bf16.hpp"
+#include "kdajit/chunk_problem.hpp"
 #include "kdajit/kdajit.hpp"
 #include "kdajit/problem.hpp"
 #include "kdajit/reference.hpp"
@@ -1039,4 +1040,22 @@ TEST_CASE("reference: 300 tokens of single steps stay within the prefill's toler
     CHECK(rep.state_rel_l2 < (dtype == KDAJIT_DTYPE_BF16 ? 4e-3 : 1e-6));
     CHECK(rep.output_rel_l2 < 5e-3);
   }
+}
+
+TEST_CASE("the chunk op's undefined output rows: two writers of CONTRACT §11.2", "[reference][chunk]") {
+  using kdajit::ref::undefined_output_rows;
+  auto rows_of = [](const std::vector<bool>& u) {
+    std::vector<int> out;
+    for (size_t r = 0; r < u.size(); ++r)
+      if (u[r]) out.push_back(static_cast<int>(r));
+    return out;
+  };
+  // Non-decreasing: every row has one writer (zero rows before cu[0], after cu[N], empty ranges).
+  CHECK(rows_of(undefined_output_rows({3, 70, 70, 100}, 110)).empty());
+  // [70, 60) steps back: [60, 200) also covers rows 60..69 of [3, 70).
+  std::vector<int> want;
+  for (int r = 60; r < 70; ++r) want.push_back(r);
+  CHECK(rows_of(undefined_output_rows({3, 70, 60, 200, 200, 1100, 1300}, 1250)) == want);
+  // [4, 30) is past T_total = 12: zeros on [4, 12), where the tail from cu[N] = 8 also writes.
+  CHECK(rows_of(undefined_output_rows({2, 4, 30, 8}, 12)) == std::vector<int>{8, 9, 10, 11});
 }

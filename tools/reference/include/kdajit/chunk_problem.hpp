@@ -73,6 +73,9 @@ struct ChunkReport {
   bool pass = true;
   double output_rel_l2 = 0, state_rel_l2 = 0;
   int64_t output_bad = 0, state_untouched_bad = 0;
+  // Rows the contract leaves undefined (in two sequences' ranges, or in one and
+  // the zero rows around them: a cu_seqlens that steps back); not compared.
+  int64_t undefined_rows = 0;
   std::string message;  // the first failure; "" when pass
   // The first (row, head) pairs with output elements outside, each with its
   // count and got/expected's least-squares scale over the row, e.g.
@@ -83,6 +86,9 @@ struct ChunkReport {
   std::string summary() const;
 };
 ChunkReport compare_chunk(const ChunkProblem& expected, const ChunkProblem& got);
+// Per row of R: whether more than one writer of CONTRACT §11.2 names it (its
+// value is then undefined), for cu_seqlens as given.
+std::vector<bool> undefined_output_rows(const std::vector<int32_t>& cu, int64_t rows);
 
 // Device copies of a chunk problem through kdajit's driver API (the current
 // context, else the only GPU's primary one) and the args over them.
