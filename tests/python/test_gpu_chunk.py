@@ -267,8 +267,8 @@ class AgainstFla(unittest.TestCase):
                     kw["cu_seqlens_cpu"] = kw["cu_seqlens"].cpu()
                 before = host_copy(kw)
                 # FLA's chunk_kda takes q, k, v, g and beta positionally (its wrapper names them itself).
-                head = [kw[n] for n in ("q", "k", "v", "g", "beta")]
-                fla_o, fla_ht = self.fla(*head, **{n: x for n, x in kw.items() if n not in ("q", "k", "v", "g", "beta")})
+                lead = ("q", "k", "v", "g", "beta")
+                fla_o, fla_ht = self.fla(*(kw[n] for n in lead), **{n: x for n, x in kw.items() if n not in lead})
                 o, ht = kdajit.chunk_kda(**kw)
                 sync()
                 want_o, want_ht = kt.chunk_reference_of(before)
