@@ -119,7 +119,7 @@ std::string key_name(const KernelKey& k) {
 
 std::string program_name(const KernelKey& k) {
   // The key name with '*' for each field the program is not compiled for.
-  const bool heads = heads_in_program(k.op), storage = storage_in_program(k.op);
+  const bool heads = heads_in_program(k.op, k.route), storage = storage_in_program(k.op);
   return name_from(k, heads ? std::to_string(k.heads) : "*", storage ? to_string(k.state) : "*",
                    storage ? to_string(k.conv) : "*");
 }

@@ -43,7 +43,7 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
   auto key = parse_key(key_name);
   if (!key) throw std::runtime_error(key.error().message);
   // A program that reads H from the grid serves every head count: the call's H.
-  if (!heads_in_program(key->op)) key->heads = call.shape.family.heads;
+  if (!heads_in_program(key->op, key->route)) key->heads = call.shape.family.heads;
   if (!(key_for(call.shape, key->route, key->arch) == *key))
     throw std::runtime_error(key_name + " is not the call's family on that route");
   // The key's program: one serves every key that differs only in the fields

@@ -34,7 +34,7 @@ TEST_CASE("generated source starts with its key name and holds the holes", "[gen
     CHECK(first_line == "// kdajit kernel " + program_name(k));
     // H is a hole only of an op compiled per head count; else it is read at run time.
     CHECK((src->find("#define KDA_HEADS " + std::to_string(k.heads) + "\n") != std::string::npos) ==
-          heads_in_program(k.op));
+          heads_in_program(k.op, k.route));
     CHECK(src->find("#define KDA_T " + std::to_string(k.tokens) + "\n") != std::string::npos);
     CHECK(src->find("#define KDA_STATE_BF16 " + std::string(k.state == StateDtype::bf16 ? "1" : "0")) != std::string::npos);
     CHECK(src->find("#define KDA_CONV_DS " + std::string(k.conv == ConvLayout::ds ? "1" : "0")) != std::string::npos);
@@ -120,10 +120,10 @@ TEST_CASE("keys of different head counts are one source, every op and route; chu
   split4.route = Route::split4;
   CHECK(*generate_source(split4) != *a);
 
-  // The decode routes read H at run time too: from the launch grid (x = head),
-  // route stream from the parameter block (its persistent grid is not per head).
+  // The decode routes read H at run time where kOpRoutesWithHeadsInProgram
+  // says so: from the launch grid (x = head), route stream from the parameter
+  // block (its persistent grid is not per head). The others are compiled per H.
   for (Op op : kDecodeOps) {
-    CHECK_FALSE(heads_in_program(op));
     for (const RouteSpec& r : route_table()) {
       if (!r.serves(op)) continue;
       INFO(to_string(op) << " " << r.name());
@@ -131,13 +131,21 @@ TEST_CASE("keys of different head counts are one source, every op and route; chu
                              Arch::sm_90};
       KernelKey wider = decode;
       wider.heads = 64;
-      CHECK(program_name(decode) == program_name(wider));
-      CHECK(program_name(decode).find(".h*.") != std::string::npos);
       auto d8 = generate_source(decode), d64 = generate_source(wider);
       REQUIRE(d8.ok());
       REQUIRE(d64.ok());
-      CHECK(*d8 == *d64);
-      CHECK(d8->substr(0, d8->find("// ---- ")).find("KDA_HEADS") == std::string::npos);
+      const std::string head = d8->substr(0, d8->find("// ---- "));
+      if (heads_in_program(op, r.route)) {
+        CHECK(program_name(decode) != program_name(wider));
+        CHECK(program_name(decode).find(".h8.") != std::string::npos);
+        CHECK(*d8 != *d64);
+        CHECK(head.find("#define KDA_HEADS 8\n") != std::string::npos);
+      } else {
+        CHECK(program_name(decode) == program_name(wider));
+        CHECK(program_name(decode).find(".h*.") != std::string::npos);
+        CHECK(*d8 == *d64);
+        CHECK(head.find("KDA_HEADS") == std::string::npos);
+      }
       CHECK((d8->find("#define KDA_HEADS_FROM_PARAMS 1\n") != std::string::npos) == (r.route == Route::stream));
       CHECK(d8->find("#define KDA_HEADS_FROM_GRID") == std::string::npos);
     }
@@ -152,6 +160,9 @@ TEST_CASE("keys of different head counts are one source, every op and route; chu
     CHECK(*generate_source(f32) != *b16);
     CHECK(b16->find("#define KDA_STATE_BF16 1\n#define KDA_CONV_DS 1\n") != std::string::npos);
   }
-  CHECK_FALSE(heads_in_program(Op::prefill));
+  for (Route r : all_values<Route>()) {
+    CHECK_FALSE(heads_in_program(Op::prefill, r));
+    CHECK_FALSE(heads_in_program(Op::chunk, r));
+  }
   CHECK_FALSE(storage_in_program(Op::prefill));
 }

@@ -23,7 +23,10 @@ const std::vector<std::string> kEight = {"--op", "packed", "--heads", "8", "--st
                                          "--t", "2,3", "--gate", "bounded", "--route", "rowcta"};
 // The arch every default resolves to, GPU or not.
 const std::map<std::string, std::string> kSm90 = {{"KDAJIT_ARCH", "sm_90"}};
-const std::vector<std::string> kOne = {"--op", "single", "--heads", "8", "--state", "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"};
+// One packed key (heads 8, t 2, rowcta: a program that reads H at run time, so
+// kTwoHeads' h16 key is the same program).
+const std::vector<std::string> kOne = {"--op", "packed", "--heads", "8", "--state", "f32", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"};
+const std::vector<std::string> kTwoHeads = {"--op", "packed", "--heads", "8,16", "--state", "f32", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"};
 
 std::vector<std::string> args_of(std::vector<std::string> head, const std::vector<std::string>& tail) {
   head.insert(head.end(), tail.begin(), tail.end());
@@ -136,14 +139,12 @@ TEST_CASE("prewarm fails unless every key is in the cache, and says why", "[cli]
     INFO(r.out << r.err);
     CHECK(r.code == 1);
     CHECK(r.out.find("1 keys for sm_90: 0 compiled, 0 already cached, 1 failed") != std::string::npos);
-    CHECK(r.err.find("KDAJIT_DISABLE_JIT=1 and kernel kda_single.h8") != std::string::npos);
+    CHECK(r.err.find("KDAJIT_DISABLE_JIT=1 and kernel kda_packed.h8") != std::string::npos);
     CHECK(cli(args_of({"prewarm", "--cache-dir", root, "--allow-failures"}, kOne), scratch.path(),
               {{"KDAJIT_DISABLE_JIT", "1"}}).code == 0);
   }
   SECTION("its own LRU cap evicted what it stored") {
-    Run r = cli(args_of({"prewarm", "--cache-dir", root, "-j", "1", "--json"}, {"--op", "single", "--heads", "8,16",
-                         "--state", "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"}),
-                scratch.path(), {{"KDAJIT_CACHE_MAX_BYTES", "1"}, {"KDAJIT_ARCH", "sm_90"}});
+    Run r = cli(args_of({"prewarm", "--cache-dir", root, "-j", "1", "--json"}, kTwoHeads), scratch.path(), {{"KDAJIT_CACHE_MAX_BYTES", "1"}, {"KDAJIT_ARCH", "sm_90"}});
     INFO(r.out << r.err);
     CHECK(r.code == 1);
     json j = parse_json(r);
@@ -207,9 +208,7 @@ TEST_CASE("prewarm and ls on layered roots", "[cli][prewarm][layers]") {
   TempDir scratch;
   std::string mine = scratch / "mine", shipped = scratch / "shipped";
   REQUIRE(cli(args_of({"prewarm", "--cache-dir", shipped}, kOne), scratch.path(), kSm90).code == 0);
-  Run r = cli({"prewarm", "--cache-dir", mine + ":" + shipped, "--json", "--op", "single", "--heads", "8,16", "--state",
-               "f32", "--conv", "sd", "--gate", "bounded", "--route", "rowcta"},
-              scratch.path(), kSm90);
+  Run r = cli(args_of({"prewarm", "--cache-dir", mine + ":" + shipped, "--json"}, kTwoHeads), scratch.path(), kSm90);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   json j = parse_json(r);

@@ -104,14 +104,23 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
   return out;
 }
-// Whether an op's program is compiled for one head count (KDA_HEADS, an
-// optional hole of the templates), per Op. Without it a program reads H at run
-// time (the launch grid's x, or route stream's parameter block), so keys that
-// differ only in heads generate the same source: one program, compiled once
-// (docs/DESIGN.md, "Compile cost").
-inline constexpr std::array<bool, 4> kOpHeadsInProgram = {false, false, false, false};
-static_assert(kOpHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
-constexpr bool heads_in_program(Op op) { return kOpHeadsInProgram[static_cast<size_t>(op)]; }
+// Which routes of an op compile their program for one head count (KDA_HEADS,
+// an optional hole of the templates): a bit per Route, per Op. Without the hole
+// a program reads H at run time (the launch grid's x, or route stream's
+// parameter block), so keys that differ only in heads generate the same source:
+// one program, compiled once (docs/DESIGN.md, "Keys that generate one source
+// are one program"). Where reading H at run time measured slower (H100 A/B,
+// docs/notes/decode-heads-ab.md) the hole stays: every route of the single op
+// (split2 and split4 10-19% slower at 16-1024 rows, rowcta up to 7.5% at 16),
+// and the packed op's stream (its 64-bit division by H: 0.4-1.9% at N >= 16,
+// 4-6% at N = 1).
+constexpr uint32_t route_bit(Route r) { return 1u << static_cast<unsigned>(r); }
+static_assert(KeyField<Route>::values.size() <= 32, "a bit per route");
+inline constexpr std::array<uint32_t, 4> kOpRoutesWithHeadsInProgram = {~0u, route_bit(Route::stream), 0u, 0u};
+static_assert(kOpRoutesWithHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
+constexpr bool heads_in_program(Op op, Route route) {
+  return (kOpRoutesWithHeadsInProgram[static_cast<size_t>(op)] & route_bit(route)) != 0;
+}
 // Whether an op's program is compiled for one state dtype and conv layout
 // (KDA_STATE_BF16, KDA_CONV_DS), per Op. The chunked ops' template reads both
 // from the kernel parameters (KdaParams::state_bf16, the conv strides): they

@@ -204,14 +204,16 @@ TEST_CASE("a head-count constant in the prefill program is a compile error", "[c
   }
 }
 
-// The decode programs serve every head count too (H from the launch grid, or
-// route stream's parameter block): a use of the compile-time head count in one
-// stops the compile with a message that names head_count(p).
+// The decode programs that serve every head count (heads_in_program() false:
+// the packed op's grid routes read H from the launch grid): a use of the
+// compile-time head count in one stops the compile with a message that names
+// head_count(p).
 TEST_CASE("a head-count constant in a decode program is a compile error", "[compile][program]") {
   for (const KernelKey& key :
-       {KernelKey{Op::single, 16, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta, Arch::sm_90},
-        KernelKey{Op::packed, 16, StateDtype::bf16, ConvLayout::ds, 4, Gate::bounded, Route::stream, Arch::sm_90}}) {
+       {KernelKey{Op::packed, 16, StateDtype::f32, ConvLayout::sd, 2, Gate::bounded, Route::rowcta, Arch::sm_90},
+        KernelKey{Op::packed, 16, StateDtype::bf16, ConvLayout::ds, 4, Gate::bounded, Route::split4, Arch::sm_90}}) {
     INFO(key_name(key));
+    REQUIRE_FALSE(heads_in_program(key.op, key.route));
     auto in = make_build_inputs(key);
     REQUIRE(in.ok());
     auto r = compile_with_code_before_kernel(*in, "__device__ int kdajit_uses_heads(int j) { return j * kda::kHidden; }\n");
