@@ -10,7 +10,7 @@
 #include "kda_params.h"
 
 // The head count H: a hole (KDA_HEADS) of a program compiled for one head
-// count (an op with heads_in_program(), kernel_key.hpp), else read at run time
+// count (an (op, route) with heads_in_program(), kernel_key.hpp), else read at run time
 // by head_count() below: from the launch grid, whose x is the head, or, where a
 // template defines KDA_HEADS_FROM_PARAMS first (route stream: its persistent
 // grid is not per head), from the parameter block. Without the hole a
