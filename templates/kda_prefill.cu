@@ -320,11 +320,20 @@ __device__ __forceinline__ void norm_scales(const KdaParams& p, const Smem& sm) 
   }
 }
 
+// The gate's per-thread constants of head h: A = e^{A_log[h]} and the dt_bias
+// of the thread's column (gates_chunk's k).
+struct GateConstants {
+  float A, dtb;
+};
+__device__ __forceinline__ GateConstants gate_constants(const KdaParams& p, int h) {
+  return {__expf(p.A_log[h]), p.dt_bias != nullptr ? p.dt_bias[h * kD + (threadIdx.x & (kD - 1))] : 0.f};
+}
+
 // Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
 // have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
 // half of the chunk, then the second half adds the first half's total.
 __device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, int h, long long row0, int L,
-                                            float A, float dtb) {
+                                            const GateConstants& gate) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
   const bool g_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_G_F32);
@@ -338,7 +347,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, 
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    if (t < L) acc += gate_log(gb[i] + dtb, A, p.lower_bound);
+    if (t < L) acc += gate_log(gb[i] + gate.dtb, gate.A, p.lower_bound);
     G[t * kD + k] = acc;
   }
   if (threadIdx.x < kC) {
@@ -862,11 +871,12 @@ __device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long
 // Steps 1-4 of the chunk of rows row0 = q0 + c0 .. row0 + L - 1: on return
 // (after a barrier) W, U^T, Qg, KdT, A and Γ_C are in shared memory.
 __device__ __forceinline__ void intra_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
-                                            long long c0, int L, bool initial, long long cbase, float A, float dtb) {
+                                            long long c0, int L, bool initial, long long cbase,
+                                            const GateConstants& gate) {
   const long long row0 = q0 + c0;
   if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
   else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
-  gates_chunk(p, sm, h, row0, L, A, dtb);  // contains a barrier after step 1's stores
+  gates_chunk(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
   __syncthreads();
   const bool safe = factored_blocks_safe(sm);
   norm_scales(p, sm);
@@ -978,8 +988,7 @@ __device__ __forceinline__ bool sequence_live(const KdaParams& p, int q0, int q1
 // search over query_start_loc).
 __device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, int h) {
   const long long units = unit_count(p);
-  const float A = __expf(p.A_log[h]);
-  const float dtb = p.dt_bias != nullptr ? p.dt_bias[h * kD + (threadIdx.x & (kD - 1))] : 0.f;
+  const GateConstants gate = gate_constants(p, h);
   for (long long u = blockIdx.y; u < units; u += gridDim.y) {
     unsigned char* unit = unit_ptr(p, u, h);
     int n = -1;
@@ -1000,7 +1009,7 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, 
             kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
         const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
         const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-        intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, A, dtb);
+        intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
         store_unit(sm, unit);
       }
     }
@@ -1038,12 +1047,11 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
   const long long len = q1 - q0;
 
-  // Per-thread constants: the gate's A and dt_bias of its column; norm_weight
-  // into shared memory.
+  // Per-thread constants: the gate's (gate_constants()); norm_weight into
+  // shared memory.
   const int warp = threadIdx.x >> 5;
   const long long cbase = static_cast<long long>(slot) * p.conv_slot_stride;
-  const float A = __expf(p.A_log[h]);
-  const float dtb = p.dt_bias != nullptr ? p.dt_bias[h * kD + (threadIdx.x & (kD - 1))] : 0.f;
+  const GateConstants gate = gate_constants(p, h);
   if (!kChunk && threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
 
   StateTile st;
@@ -1073,7 +1081,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       cp_async_wait_all();
       __syncthreads();
     } else {
-      intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, A, dtb);
+      intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
     if (state_warp) state_pass(sm, st);
     __syncthreads();
