@@ -140,9 +140,9 @@ TEST_CASE("emulated chunk kernel: route twopass, sequences out of row order, mal
   // sequence's first chunk has no unit of its own (unit_base is 1, 3, 2:
   // unit 2 holds the first sequence's second chunk), so the state pass
   // computes it itself. The rows of both fall in the zero rows before qsl[0]
-  // or from qsl[N] on, which the contract leaves undefined (compare_chunk
-  // skips them): the final states are the check. Then the malformed case
-  // above, every sequence through one CTA.
+  // or from qsl[N] on, which the contract leaves undefined: compare_chunk
+  // skips them and checks the other rows and the final states. Then the
+  // malformed case above, every sequence through one CTA.
   ChunkSpec s;
   s.heads = 2;
   s.cu = {70, 140, 0, 70};

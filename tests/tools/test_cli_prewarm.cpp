@@ -23,10 +23,14 @@ const std::vector<std::string> kEight = {"--op", "packed", "--heads", "8", "--st
                                          "--t", "2,3", "--gate", "bounded", "--route", "rowcta"};
 // The arch every default resolves to, GPU or not.
 const std::map<std::string, std::string> kSm90 = {{"KDAJIT_ARCH", "sm_90"}};
-// One packed key (heads 8, t 2, rowcta: a program that reads H at run time, so
-// kTwoHeads' h16 key is the same program).
-const std::vector<std::string> kOne = {"--op", "packed", "--heads", "8", "--state", "f32", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"};
-const std::vector<std::string> kTwoHeads = {"--op", "packed", "--heads", "8,16", "--state", "f32", "--conv", "sd", "--t", "2", "--gate", "bounded", "--route", "rowcta"};
+// Packed rowcta keys at t 2, f32, SD, bounded: a program that reads H at run
+// time, so kTwoHeads' h16 key is its h8 key's program.
+std::vector<std::string> packed_rowcta(const std::string& heads) {
+  return {"--op", "packed", "--heads", heads, "--state", "f32", "--conv", "sd", "--t", "2", "--gate", "bounded",
+          "--route", "rowcta"};
+}
+const std::vector<std::string> kOne = packed_rowcta("8");
+const std::vector<std::string> kTwoHeads = packed_rowcta("8,16");
 
 std::vector<std::string> args_of(std::vector<std::string> head, const std::vector<std::string>& tail) {
   head.insert(head.end(), tail.begin(), tail.end());
@@ -144,7 +148,8 @@ TEST_CASE("prewarm fails unless every key is in the cache, and says why", "[cli]
               {{"KDAJIT_DISABLE_JIT", "1"}}).code == 0);
   }
   SECTION("its own LRU cap evicted what it stored") {
-    Run r = cli(args_of({"prewarm", "--cache-dir", root, "-j", "1", "--json"}, kTwoHeads), scratch.path(), {{"KDAJIT_CACHE_MAX_BYTES", "1"}, {"KDAJIT_ARCH", "sm_90"}});
+    Run r = cli(args_of({"prewarm", "--cache-dir", root, "-j", "1", "--json"}, kTwoHeads), scratch.path(),
+                {{"KDAJIT_CACHE_MAX_BYTES", "1"}, {"KDAJIT_ARCH", "sm_90"}});
     INFO(r.out << r.err);
     CHECK(r.code == 1);
     json j = parse_json(r);
