@@ -76,6 +76,7 @@ enum : int {
   kSolveCols = kD + kVRows,      // columns of the forward substitution: W's, then U's
 };
 constexpr bool kChunk = KDA_CHUNK != 0;
+constexpr bool kTwopass = KDA_TWOPASS != 0;
 static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
 static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
 static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
@@ -97,6 +98,7 @@ enum : int {
   kOffKdT = kOffQg + kC * kLdW * 4,            // f32 [kD][kLdT]: (k̂ ∘ Γ_C / Γ)^T (tf32-rounded)
   kOffA = kOffKdT + kD * kLdT * 4,             // f32 [kC][kLdT]: A (tf32-rounded, zero above the diagonal)
   kOffM = kOffA + kC * kLdT * 4,               // f32 [kC][kC]: M (strictly lower)
+  kOffOg = kOffM,                              // bf16 [kC][kVRows]: the chunk's output gate (steps 5, 6), over M
   kOffOb = kOffM + kC * kC * 4,                // bf16 [kC][kLdOb]: round_bf16(o) of this CTA's values (steps 5, 6)
   kOffT = kOffOb,                              // f32 [kC][kLdT]: (I + M)^-1 (step 4), over OB
   kObT = kC * kLdOb * 2 > kC * kLdT * 4 ? kC * kLdOb * 2 : kC * kLdT * 4,
@@ -110,7 +112,8 @@ enum : int {
   kSmemBytes = kOffClusterSum + 2 * kSplit * kC * 4,
 };
 static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
-static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
+static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0 && kOffOg % 16 == 0, "16-byte aligned regions");
+static_assert(kC * kVRows * 2 <= kC * kC * 4, "the output gate's rows fit over M");
 
 struct Smem {
   unsigned char* base;
@@ -124,6 +127,7 @@ struct Smem {
   __device__ float* KdT() const { return reinterpret_cast<float*>(base + kOffKdT); }
   __device__ float* A() const { return reinterpret_cast<float*>(base + kOffA); }
   __device__ float* M() const { return reinterpret_cast<float*>(base + kOffM); }
+  __device__ unsigned short* og() const { return reinterpret_cast<unsigned short*>(base + kOffOg); }
   __device__ float* T() const { return reinterpret_cast<float*>(base + kOffT); }
   __device__ unsigned short* ob() const { return reinterpret_cast<unsigned short*>(base + kOffOb); }
   __device__ float* rq() const { return reinterpret_cast<float*>(base + kOffRq); }
@@ -883,11 +887,30 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   }
 }
 
+// The output gate of chunk rows row0 .. row0 + L - 1 (this CTA's values) into
+// shared memory over M, by cp.async as one committed group, when its rows are
+// 16-byte aligned (then it returns true; else step 6 loads it itself). Issued
+// after step 4 (the last reader of M) so that step 5 hides its latency.
+__device__ __forceinline__ bool stage_output_gate(const KdaParams& p, const Smem& sm, int h, int v0, long long row0,
+                                                  int L) {
+  const bool aligned =
+      ((reinterpret_cast<unsigned long long>(p.output_gate) | static_cast<unsigned long long>(p.ogate_row_stride) * 2) &
+       15) == 0;
+  if (!aligned) return false;
+  constexpr int kPerRow = kVRows / 8;  // 16-byte pieces of a row
+  for (int i = threadIdx.x; i < L * kPerRow; i += kThreads) {
+    const int t = i / kPerRow, c = 8 * (i % kPerRow);
+    cp_async_16(sm.og() + t * kVRows + c, p.output_gate + (row0 + t) * p.ogate_row_stride + h * kD + v0 + c);
+  }
+  cp_async_commit();
+  return true;
+}
+
 // Step 6: the Σ ob² of each token over the 128 values (this CTA's warps, then
 // the cluster's ranks), then y = ob / sqrt(mean + eps) * w * σ(gate) to the
 // output rows of the chunk. `parity` alternates per chunk (the cluster buffer).
 __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, int h, int v0, int rank,
-                                            long long row0, int L, int parity) {
+                                            long long row0, int L, int parity, bool og_staged) {
   float* csum = sm.cluster_sum() + parity * kSplit * kC;
   if (threadIdx.x < kC) {
     const int t = threadIdx.x;
@@ -900,6 +923,12 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 #pragma unroll
       for (int r = 0; r < kSplit; ++r) store_cluster_f32(csum + rank * kC + t, r, s);
     }
+  }
+  // The staged output gate (stage_output_gate) is the thread's second-latest
+  // group: the latest is route twopass's next unit (possibly empty).
+  if (og_staged) {
+    if constexpr (kTwopass) cp_async_wait_group<1>();
+    else cp_async_wait_group<0>();
   }
   if constexpr (kSplit > 1) {
     cluster_arrive();
@@ -914,7 +943,8 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
-      ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
+      ogb[j] = og_staged ? sm.og()[t * kVRows + vv]
+                         : p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -996,7 +1026,6 @@ enum : int {
 static_assert(kUnitBytes == KDA_UNIT_BYTES, "the unit layout must match the runtime's workspace size (routes.hpp)");
 static_assert(kSplit == 1, "route twopass runs one CTA per (sequence, head)");
 #endif
-constexpr bool kTwopass = KDA_TWOPASS != 0;
 
 __device__ __forceinline__ long long unit_count(const KdaParams& p) {
   return static_cast<long long>(p.num_seqs) + (p.rows + kC - 1) / kC;
@@ -1160,6 +1189,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
+    const bool og_staged = !kChunk && stage_output_gate(p, sm, h, v0, row0, L);
     if (state_warp) state_pass(sm, st);
     __syncthreads();
     if constexpr (kTwopass) {
@@ -1167,9 +1197,10 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       const long long u = unit_base(p, n) + c0 / kC + 1;
       loaded = c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1);
       if (loaded) load_unit_async(sm, unit_ptr(p, u, h));
+      cp_async_commit();
     }
     if constexpr (kChunk) plain_output(p, sm, h, v0, row0, L);
-    else norm_output(p, sm, h, v0, rank, row0, L, parity);
+    else norm_output(p, sm, h, v0, rank, row0, L, parity, og_staged);
     __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
     parity ^= 1;
   }

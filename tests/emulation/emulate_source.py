@@ -28,9 +28,11 @@ REWRITES = [
     ("mapa.shared::cluster", "remote = 0;"),
     ("st.shared::cluster.f32", "*static_cast<float*>(::kdajit::emu::cluster_peer(local, rank)) = v;"),
     ("%%tid.x", "t = threadIdx.x;"),
-    # cp.async (route twopass's unit copies): done at once; the template waits before any read.
+    # cp.async (route twopass's unit copies, the staged output gate): done at once; the template waits before any read.
     ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
     ("cp.async.wait_all", ""),
+    ("cp.async.wait_group", ""),
+    ("cp.async.commit_group", ""),
 ]
 
 
