@@ -189,6 +189,10 @@ void* cluster_peer(void* local, int rank) {
 
 void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, int cluster, int threads,
                  size_t smem_bytes, unsigned char poison) {
+  // An SM's shared memory is at most 228 KiB; the bound also tells the
+  // compiler that the buffer below is of sane size.
+  if (smem_bytes > 228 * 1024) fatal("a launch with more dynamic shared memory than an SM has");
+  if (cluster < 1 || cluster > 16 || threads < 1 || threads > 1024) fatal("a launch shape the emulation does not take");
   Run run;
   run.entry = &entry;
   run.ctas.resize(static_cast<size_t>(cluster));
