@@ -810,10 +810,12 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   }
 }
 
-// The output gate of chunk rows row0 .. row0 + L - 1 (this CTA's values) into
-// shared memory over M, by cp.async as one committed group, when its rows are
-// 16-byte aligned (then it returns true; else step 6 loads it itself). Issued
-// after step 4 (the last reader of M) so that step 5 hides its latency.
+// Route twopass: the output gate of chunk rows row0 .. row0 + L - 1 (this
+// CTA's values) into shared memory over M, by cp.async as one committed group,
+// when its rows are 16-byte aligned (then it returns true; else step 6 loads
+// it itself). Issued after step 4 (the last reader of M) so that step 5 hides
+// its latency. Measured (H100, docs/PERFORMANCE.md "Prefill"): route twopass
+// 3% faster, rowcta unchanged, split4 2% slower, so only twopass stages.
 __device__ __forceinline__ bool stage_output_gate(const KdaParams& p, const Smem& sm, int h, int v0, long long row0,
                                                   int L) {
   const bool aligned =
@@ -1112,7 +1114,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
-    const bool og_staged = !kChunk && stage_output_gate(p, sm, h, v0, row0, L);
+    const bool og_staged = !kChunk && kTwopass && stage_output_gate(p, sm, h, v0, row0, L);
     if (state_warp) state_pass(sm, st);
     __syncthreads();
     if constexpr (kTwopass) {
