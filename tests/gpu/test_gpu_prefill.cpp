@@ -64,7 +64,8 @@ struct PrefillSpec {
   int total_rows = 0;
   float norm_eps = 1e-5f;
   // Elements past the end of each row of the row tensors; odd: the output
-  // gate's rows are not 16-byte aligned, so step 6 loads it instead of staging it.
+  // gate's rows are not 16-byte aligned, so route twopass's step 6 loads it
+  // instead of staging it.
   int row_pad = 8;
   // A strong decay: the bounded gate's bound, and a shift added to every A_log
   // (A = exp(A_log)) after the §8 draw.
