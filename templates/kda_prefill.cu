@@ -815,7 +815,8 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
 // when its rows are 16-byte aligned (then it returns true; else step 6 loads
 // it itself). Issued after step 4 (the last reader of M) so that step 5 hides
 // its latency. Measured (H100, docs/PERFORMANCE.md "Prefill"): route twopass
-// 3% faster, rowcta unchanged, split4 2% slower, so only twopass stages.
+// 3% faster, rowcta unchanged, split4 2% slower, so only twopass stages;
+// step 6 waits for it as the second-latest group (the next unit is the latest).
 __device__ __forceinline__ bool stage_output_gate(const KdaParams& p, const Smem& sm, int h, int v0, long long row0,
                                                   int L) {
   const bool aligned =
@@ -849,12 +850,9 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
       for (int r = 0; r < kSplit; ++r) store_cluster_f32(csum + rank * kC + t, r, s);
     }
   }
-  // The staged output gate (stage_output_gate) is the thread's second-latest
-  // group: the latest is route twopass's next unit (possibly empty).
-  if (og_staged) {
-    if constexpr (kTwopass) cp_async_wait_group<1>();
-    else cp_async_wait_group<0>();
-  }
+  // The staged output gate (route twopass, stage_output_gate) is the thread's
+  // second-latest group: the latest is the next unit's copy (possibly empty).
+  if (og_staged) cp_async_wait_group<1>();
   if constexpr (kSplit > 1) {
     cluster_arrive();
     cluster_wait();
