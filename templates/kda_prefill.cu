@@ -98,7 +98,6 @@ enum : int {
   kOffKdT = kOffQg + kC * kLdW * 4,            // f32 [kD][kLdT]: (k̂ ∘ Γ_C / Γ)^T (tf32-rounded)
   kOffA = kOffKdT + kD * kLdT * 4,             // f32 [kC][kLdT]: A (tf32-rounded, zero above the diagonal)
   kOffM = kOffA + kC * kLdT * 4,               // f32 [kC][kC]: M (strictly lower)
-  kOffOg = kOffM,                              // bf16 [kC][kVRows]: the chunk's output gate (steps 5, 6), over M
   kOffOb = kOffM + kC * kC * 4,                // bf16 [kC][kLdOb]: round_bf16(o) of this CTA's values (steps 5, 6)
   kOffT = kOffOb,                              // f32 [kC][kLdT]: (I + M)^-1 (step 4), over OB
   kObT = kC * kLdOb * 2 > kC * kLdT * 4 ? kC * kLdOb * 2 : kC * kLdT * 4,
@@ -112,8 +111,7 @@ enum : int {
   kSmemBytes = kOffClusterSum + 2 * kSplit * kC * 4,
 };
 static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
-static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0 && kOffOg % 16 == 0, "16-byte aligned regions");
-static_assert(kC * kVRows * 2 <= kC * kC * 4, "the output gate's rows fit over M");
+static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
 
 struct Smem {
   unsigned char* base;
@@ -127,7 +125,6 @@ struct Smem {
   __device__ float* KdT() const { return reinterpret_cast<float*>(base + kOffKdT); }
   __device__ float* A() const { return reinterpret_cast<float*>(base + kOffA); }
   __device__ float* M() const { return reinterpret_cast<float*>(base + kOffM); }
-  __device__ unsigned short* og() const { return reinterpret_cast<unsigned short*>(base + kOffOg); }
   __device__ float* T() const { return reinterpret_cast<float*>(base + kOffT); }
   __device__ unsigned short* ob() const { return reinterpret_cast<unsigned short*>(base + kOffOb); }
   __device__ float* rq() const { return reinterpret_cast<float*>(base + kOffRq); }
@@ -797,7 +794,7 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
       const float f_lo = bf16_to_f32(b_lo), f_hi = bf16_to_f32(b_hi);
       part[e] = f_lo * f_lo + f_hi * f_hi;
     }
-    if constexpr (!kChunk) {  // the chunk op has no norm
+    if constexpr (!kChunk && !kTwopass) {  // the chunk op has no norm; route twopass's norm kernel sums the rows
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float v = part[e];
@@ -810,33 +807,11 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   }
 }
 
-// Route twopass: the output gate of chunk rows row0 .. row0 + L - 1 (this
-// CTA's values) into shared memory over M, by cp.async as one committed group,
-// when its rows are 16-byte aligned (then it returns true; else step 6 loads
-// it itself). Issued after step 4 (the last reader of M) so that step 5 hides
-// its latency. Measured (H100, docs/PERFORMANCE.md "Prefill"): route twopass
-// 3% faster, rowcta unchanged, split4 2% slower, so only twopass stages;
-// step 6 waits for it as the second-latest group (the next unit is the latest).
-__device__ __forceinline__ bool stage_output_gate(const KdaParams& p, const Smem& sm, int h, int v0, long long row0,
-                                                  int L) {
-  const bool aligned =
-      ((reinterpret_cast<unsigned long long>(p.output_gate) | static_cast<unsigned long long>(p.ogate_row_stride) * 2) &
-       15) == 0;
-  if (!aligned) return false;
-  constexpr int kPerRow = kVRows / 8;  // 16-byte pieces of a row
-  for (int i = threadIdx.x; i < L * kPerRow; i += kThreads) {
-    const int t = i / kPerRow, c = 8 * (i % kPerRow);
-    cp_async_16(sm.og() + t * kVRows + c, p.output_gate + (row0 + t) * p.ogate_row_stride + h * kD + v0 + c);
-  }
-  cp_async_commit();
-  return true;
-}
-
 // Step 6: the Σ ob² of each token over the 128 values (this CTA's warps, then
 // the cluster's ranks), then y = ob / sqrt(mean + eps) * w * σ(gate) to the
 // output rows of the chunk. `parity` alternates per chunk (the cluster buffer).
 __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, int h, int v0, int rank,
-                                            long long row0, int L, int parity, bool og_staged) {
+                                            long long row0, int L, int parity) {
   float* csum = sm.cluster_sum() + parity * kSplit * kC;
   if (threadIdx.x < kC) {
     const int t = threadIdx.x;
@@ -850,9 +825,6 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
       for (int r = 0; r < kSplit; ++r) store_cluster_f32(csum + rank * kC + t, r, s);
     }
   }
-  // The staged output gate (route twopass, stage_output_gate) is the thread's
-  // second-latest group: the latest is the next unit's copy (possibly empty).
-  if (og_staged) cp_async_wait_group<1>();
   if constexpr (kSplit > 1) {
     cluster_arrive();
     cluster_wait();
@@ -866,8 +838,7 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
-      ogb[j] = og_staged ? sm.og()[t * kVRows + vv]
-                         : p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
+      ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -883,10 +854,14 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
   }
 }
 
-// Step 6 of the chunk op: round_bf16(o) of the chunk's rows as they are.
-__device__ __forceinline__ void plain_output(const KdaParams& p, const Smem& sm, int h, int v0, long long row0, int L) {
-  for (int i = threadIdx.x; i < L * kVRows; i += kThreads) {
-    const int t = i / kVRows, vv = i % kVRows;
+// Step 6 of the chunk op: round_bf16(o) of the chunk's rows as they are,
+// this CTA's values [c0, c1) (route twopass: its state rows' share; also the
+// prefill op's input to its norm kernel, norm_rows).
+__device__ __forceinline__ void plain_output(const KdaParams& p, const Smem& sm, int h, int v0, int c0, int c1,
+                                             long long row0, int L) {
+  const int cols = c1 - c0;
+  for (int i = threadIdx.x; i < L * cols; i += kThreads) {
+    const int t = i / cols, vv = c0 + i % cols;
     p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = sm.ob()[t * kLdOb + vv];
   }
 }
@@ -993,11 +968,12 @@ __device__ __forceinline__ void store_unit(const Smem& sm, unsigned char* unit) 
   unit_store(reinterpret_cast<float*>(unit + kUnitA), sm.A(), kC, kC, kLdT);
   unit_store(reinterpret_cast<float*>(unit + kUnitGammaC), sm.gammaC(), 1, kD, kD);
 }
-// The state pass kernel's copies of a unit into the buffers step 5 reads;
-// complete at the caller's cp_async_wait_all() and barrier.
-__device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit) {
+// The state pass kernel's copies of a unit into the buffers step 5 reads (of
+// U^T, the CTA's value rows [vlo, vhi)); complete at the caller's
+// cp_async_wait_all() and barrier.
+__device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
   unit_load_async(sm.W(), reinterpret_cast<const float*>(unit + kUnitW), kC, kD, kLdW);
-  unit_load_async(sm.UT(), reinterpret_cast<const float*>(unit + kUnitUT), kD, kC, kLdT);
+  unit_load_async(sm.UT() + vlo * kLdT, reinterpret_cast<const float*>(unit + kUnitUT) + vlo * kC, vhi - vlo, kC, kLdT);
   unit_load_async(sm.Qg(), reinterpret_cast<const float*>(unit + kUnitQg), kC, kD, kLdW);
   unit_load_async(sm.KdT(), reinterpret_cast<const float*>(unit + kUnitKdT), kD, kC, kLdT);
   unit_load_async(sm.A(), reinterpret_cast<const float*>(unit + kUnitA), kC, kC, kLdT);
@@ -1051,15 +1027,24 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, 
   }
 }
 
-// One sequence on this CTA.
+// One sequence on this CTA. Route twopass runs gridDim.z CTAs per (sequence,
+// head) without a cluster: CTA z holds the state rows of the warps w with
+// w * gridDim.z / 8 == z (value rows [vlo, vhi)); its steps 1-4 are the intra-
+// chunk kernel's (or its own over all 128 value rows), and the norm is the
+// norm kernel's, so nothing else crosses value rows.
 __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int n, int h, int rank) {
   const int v0 = rank * kVRows;
+  const int part = kTwopass ? static_cast<int>(blockIdx.z) : 0, parts = kTwopass ? static_cast<int>(gridDim.z) : 1;
+  const int vlo = 16 * ((part * kSWarps + parts - 1) / parts), vhi = 16 * (((part + 1) * kSWarps + parts - 1) / parts);
+  const bool lead = rank == 0 && part == 0;  // the (sequence, head)'s zero rows and its count
   const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
   // The chunk op's sequence n has dense state n and no slot.
   const int slot = kChunk ? n : p.state_indices[n];
-  if (n == 0) zero_output(p, h, 0, q0, v0);
-  if (n == p.num_seqs - 1) zero_output(p, h, q1, p.rows, v0);
-  if (!kChunk && slot >= p.num_slots && h == 0 && rank == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
+  if (part == 0) {
+    if (n == 0) zero_output(p, h, 0, q0, v0);
+    if (n == p.num_seqs - 1) zero_output(p, h, q1, p.rows, v0);
+  }
+  if (!kChunk && slot >= p.num_slots && h == 0 && lead && threadIdx.x == 0 && p.oob_counter != nullptr)
     atomicAdd(p.oob_counter, 1);
   // A sequence computes its rows when it is live: a well-formed, non-empty
   // range and a valid slot (the chunk op: a well-formed range, empty ones
@@ -1069,7 +1054,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   // path from qsl[0] to qsl[N] steps over every row between them).
   const bool live = sequence_live(p, q0, q1, slot);
   if (!live) {
-    zero_output(p, h, q0, q1, v0);
+    if (part == 0) zero_output(p, h, q0, q1, v0);
     return;
   }
   const bool initial =
@@ -1077,14 +1062,14 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   const long long len = q1 - q0;
 
   // Per-thread constants: the gate's (gate_constants()); norm_weight into
-  // shared memory.
+  // shared memory (the fused routes' step 6).
   const int warp = threadIdx.x >> 5;
   const long long cbase = static_cast<long long>(slot) * p.conv_slot_stride;
   const GateConstants gate = gate_constants(p, h);
-  if (!kChunk && threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
+  if (!kChunk && !kTwopass && threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
 
   StateTile st;
-  const bool state_warp = warp < kSWarps;
+  const bool state_warp = kTwopass ? 16 * warp >= vlo && 16 * warp < vhi : warp < kSWarps;
   const int vrow = v0 + 16 * warp;
   if (state_warp) {
     if (initial) {
@@ -1097,11 +1082,11 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
 
   int parity = 0;
   // Route twopass: whether the current chunk's unit holds it (its copy then
-  // already issued, during the previous chunk's step 6).
+  // already issued, during the previous chunk's output).
   bool loaded = false;
   if constexpr (kTwopass) {
     loaded = len > 0 && unit_holds(p, unit_base(p, n), h, n, 0);
-    if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h));
+    if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h), vlo, vhi);
   }
   for (long long c0 = 0; c0 < len; c0 += kC) {
     const long long row0 = q0 + c0;
@@ -1112,18 +1097,19 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
-    const bool og_staged = !kChunk && kTwopass && stage_output_gate(p, sm, h, v0, row0, L);
     if (state_warp) state_pass(sm, st);
     __syncthreads();
     if constexpr (kTwopass) {
-      // Step 5 is done with the buffers the next unit fills; step 6 reads none of them.
+      // Step 5 is done with the buffers the next unit fills; the output reads none of them.
       const long long u = unit_base(p, n) + c0 / kC + 1;
       loaded = c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1);
-      if (loaded) load_unit_async(sm, unit_ptr(p, u, h));
-      cp_async_commit();
+      if (loaded) load_unit_async(sm, unit_ptr(p, u, h), vlo, vhi);
+      plain_output(p, sm, h, 0, vlo, vhi, row0, L);
+    } else if constexpr (kChunk) {
+      plain_output(p, sm, h, v0, 0, kVRows, row0, L);
+    } else {
+      norm_output(p, sm, h, v0, rank, row0, L, parity);
     }
-    if constexpr (kChunk) plain_output(p, sm, h, v0, row0, L);
-    else norm_output(p, sm, h, v0, rank, row0, L, parity, og_staged);
     __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
     parity ^= 1;
   }
@@ -1132,7 +1118,63 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     if (state_warp && p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, slot, h, vrow, st);
   } else {
     if (state_warp) state_store(p, p.state, p.state_slot_stride, slot, h, vrow, st);
-    conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
+    // Route twopass: the norm kernel writes the conv window, after every read of it.
+    if constexpr (!kTwopass) conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
+  }
+}
+
+// Route twopass, prefill op: the norm kernel. The state pass kernel stored
+// round_bf16(o) of every live sequence's rows (plain_output); this kernel, in
+// stream order after it, turns each such row of head h into y = o / sqrt(mean
+// o² + eps) * w * σ(gate) (step 6 for every row at once: one warp per row,
+// lane l on values 4 l .. 4 l + 3, rows q0 + blockIdx.y * 8 + warp + k *
+// gridDim.y * 8 of each live sequence), and writes each live sequence's conv
+// window (CTA n % gridDim.y), after the intra-chunk kernel and the state pass
+// kernel's steps 1-4 have read it. Any query_start_loc: it walks the
+// sequences as the state pass kernel does.
+__device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, v = 4 * lane;
+  const bool vec = ((reinterpret_cast<unsigned long long>(p.output) |
+                     reinterpret_cast<unsigned long long>(p.output_gate) |
+                     static_cast<unsigned long long>(p.out_row_stride) * 2 |
+                     static_cast<unsigned long long>(p.ogate_row_stride) * 2) &
+                    7) == 0;
+  float w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = p.norm_weight[v + i];
+  const long long step = static_cast<long long>(gridDim.y) * kWarps;
+  for (int n = 0; n < p.num_seqs; ++n) {
+    const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
+    const int slot = p.state_indices[n];
+    if (!sequence_live(p, q0, q1, slot)) continue;
+    for (long long r = q0 + static_cast<long long>(blockIdx.y) * kWarps + warp; r < q1; r += step) {
+      kda_bf16_bits* out = p.output + r * p.out_row_stride + h * kD + v;
+      const kda_bf16_bits* og = p.output_gate + r * p.ogate_row_stride + h * kD + v;
+      float o[4], g[4];
+      if (vec) {
+        const U2 a = *reinterpret_cast<const U2*>(out), b = *reinterpret_cast<const U2*>(og);
+        o[0] = bf16lo_to_f32(a.x), o[1] = bf16hi_to_f32(a.x), o[2] = bf16lo_to_f32(a.y), o[3] = bf16hi_to_f32(a.y);
+        g[0] = bf16lo_to_f32(b.x), g[1] = bf16hi_to_f32(b.x), g[2] = bf16lo_to_f32(b.y), g[3] = bf16hi_to_f32(b.y);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = bf16_to_f32(out[i]), g[i] = bf16_to_f32(og[i]);
+      }
+      const float rs = rsqrtf(warp_sum(o[0] * o[0] + o[1] * o[1] + o[2] * o[2] + o[3] * o[3]) * (1.0f / kD) + p.norm_eps);
+      float y[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) y[i] = o[i] * rs * w[i] * sigmoid(g[i]);
+      if (vec) {
+        *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[i] = f32_to_bf16(y[i]);
+      }
+    }
+    if (static_cast<long long>(blockIdx.y) == n % static_cast<long long>(gridDim.y)) {
+      const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+      conv_state_out(p, h, 0, 0, q0, static_cast<long long>(q1) - q0, initial,
+                     static_cast<long long>(slot) * p.conv_slot_stride);
+    }
   }
 }
 
@@ -1176,4 +1218,13 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_INTRA_ENTRY(con
   kda::pdl_wait();
   kda::prefill::intra_units(p, sm, blockIdx.x);
 }
+#if !KDA_CHUNK
+// Route twopass, prefill op: launched after kda_prefill on the same stream:
+// grid (H, min(ceil(T_total / 32), 65535)), the same block, no dynamic shared
+// memory.
+extern "C" __global__ void __launch_bounds__(KDA_THREADS) kda_prefill_norm(const __grid_constant__ KdaParams p) {
+  kda::pdl_wait();
+  kda::prefill::norm_rows(p, blockIdx.x);
+}
+#endif
 #endif

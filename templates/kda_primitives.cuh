@@ -418,13 +418,6 @@ __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// Groups: the thread's copies issued since its last commit form one group;
-// cp_async_wait_group<n>() returns when at most its n latest groups are pending.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // Asks the L2 to fetch the bytes [ptr, ptr + bytes), widened to whole 16-byte
 // units (which stay inside the pages of the first and last byte). A hint: no

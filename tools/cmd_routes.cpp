@@ -58,6 +58,8 @@ void add_routes_command(CLI::App& app) {
       // A route that launches a kernel before its own (twopass): that kernel's name per op.
       if (r.pre_grid != nullptr)
         arr.back()["pre_entry"] = {{"prefill", pre_entry_name(Op::prefill)}, {"chunk", pre_entry_name(Op::chunk)}};
+      // And one after its own (twopass, prefill op: the norm kernel).
+      if (r.post_grid != nullptr) arr.back()["post_entry"] = {{"prefill", post_entry_name(Op::prefill)}};
     }
     if (*json_out) {
       fmt::print("{}\n", arr.dump(2));

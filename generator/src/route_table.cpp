@@ -95,9 +95,18 @@ template <int (*F)(const KernelKey&)>
 int op_stages(const KernelKey& k) {
   return chunked(k.op) ? 0 : F(k);
 }
+// Route twopass's state pass kernel: grid (H, wave, P), P CTAs per (sequence,
+// head), z their value rows' share (kda_prefill.cu, sequence()).
+LaunchGrid twopass_grid(const CallShape& c, const DeviceTraits& d) {
+  const LaunchGrid g = split_grid<1>(c, d);
+  return {g.x, g.y, static_cast<uint32_t>(twopass_parts(c, d))};
+}
+// A row that serves decode ops names their grid; the chunked ops take
+// split_grid<P> instead, except on a route of their own (twopass).
 template <LaunchGrid (*F)(const CallShape&, const DeviceTraits&), int P>
 LaunchGrid op_grid(const CallShape& c, const DeviceTraits& d) {
-  return chunked(c.family.op) ? split_grid<P>(c, d) : F(c, d);
+  if constexpr (F == twopass_grid) return F(c, d);
+  else return chunked(c.family.op) ? split_grid<P>(c, d) : F(c, d);
 }
 
 // Route twopass: the call's workspace holds every chunk's unit.
@@ -112,13 +121,20 @@ LaunchGrid twopass_pre_grid(const CallShape& c, const DeviceTraits&) {
   return {static_cast<uint32_t>(c.family.heads), clamp_grid(units), 1};
 }
 constexpr LaunchGrid (*no_pre)(const CallShape&, const DeviceTraits&) = nullptr;
+// Its norm kernel (prefill op): a warp per row, rows y * 8 + warp + k * 8 *
+// gridDim.y of every sequence, about four rows a warp.
+LaunchGrid twopass_post_grid(const CallShape& c, const DeviceTraits&) {
+  if (c.family.op != Op::prefill) return {0, 0, 0};
+  return {static_cast<uint32_t>(c.family.heads), clamp_grid((c.rows + 31) / 32), 1};
+}
+constexpr LaunchGrid (*no_post)(const CallShape&, const DeviceTraits&) = nullptr;
 
 // constexpr: constant-initialised, so other translation units may read the
 // table from their own static initialisers (the GPU tests register their test
 // cases from one).
 constexpr RouteSpec kRoutes[] = {
 #define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
-              eligible, eligibility, grid, stages, pre_grid)                                                           \
+              eligible, eligibility, grid, stages, pre_grid, post_grid)                                                \
   {Route::name,                                                                                                        \
    technique,                                                                                                          \
    {single_template, packed_template, prefill_template},                                                               \
@@ -129,7 +145,8 @@ constexpr RouteSpec kRoutes[] = {
    eligibility,                                                                                                        \
    op_grid<grid, cluster>,                                                                                             \
    op_stages<stages>,                                                                                                  \
-   pre_grid},
+   pre_grid,                                                                                                           \
+   post_grid},
 #include "kdajit/routes.def"
 #undef ROUTE
 };
@@ -154,6 +171,7 @@ LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const Device
   p.dynamic_smem_bytes = route.dynamic_smem_bytes(key);
   p.cluster_y = static_cast<uint32_t>(route.cluster);
   if (route.pre_grid != nullptr && chunked(key.op)) p.pre_grid = route.pre_grid(call, device);
+  if (route.post_grid != nullptr && chunked(key.op)) p.post_grid = route.post_grid(call, device);
   return p;
 }
 
@@ -184,6 +202,16 @@ int64_t twopass_workspace_bytes(int64_t num_seqs, int64_t rows, int64_t heads) {
   if (heads > 0 && units > INT64_MAX / kTwopassUnitBytes / heads) return INT64_MAX;
   return units * heads * kTwopassUnitBytes;
 }
+
+int twopass_parts(const CallShape& call, const DeviceTraits& device) {
+  const int64_t sms = std::max(device.sm_count, 1);
+  const int64_t x = std::max<int64_t>(call.num_seqs, 1) * std::max<int64_t>(call.family.heads, 1);
+  int parts = 1;
+  while (parts < 8 && 2 * parts * x <= sms) parts *= 2;
+  return parts;
+}
+
+std::string_view post_entry_name(Op op) { return op == Op::prefill ? "kda_prefill_norm" : std::string_view{}; }
 
 std::string_view pre_entry_name(Op op) {
   switch (op) {

@@ -187,7 +187,7 @@ void* cluster_peer(void* local, int rank) {
   return g_run->ctas[static_cast<size_t>(rank)].smem.data() + off;
 }
 
-void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, int cluster, int threads,
+void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, unsigned z, int cluster, int threads,
                  size_t smem_bytes, unsigned char poison) {
   // An SM's shared memory is at most 228 KiB; the bound also tells the
   // compiler that the buffer below is of sane size.
@@ -198,7 +198,7 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, in
   run.ctas.resize(static_cast<size_t>(cluster));
   for (int r = 0; r < cluster; ++r) {
     Cta& c = run.ctas[static_cast<size_t>(r)];
-    c.block = {x, y0 + static_cast<unsigned>(r), 0};
+    c.block = {x, y0 + static_cast<unsigned>(r), z};
     c.rank = r;
     c.smem.assign(smem_bytes, poison);
   }
@@ -222,7 +222,7 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, in
   // shows as a wrong result instead of always passing one way.
   std::vector<size_t> order(run.fibers.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::mt19937_64 shuffle(0x6b6461u ^ (static_cast<uint64_t>(x) << 32) ^ y0);
+  std::mt19937_64 shuffle(0x6b6461u ^ (static_cast<uint64_t>(x) << 32) ^ y0 ^ (static_cast<uint64_t>(z) << 20));
   for (bool running = true; running;) {
     running = false;
     const long long events = run.events;

@@ -26,7 +26,7 @@
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(threads, blocks)
+#define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) alignas(n)
 #define __shared__
@@ -71,9 +71,9 @@ void yield();
 extern Dim3 grid_dim;
 
 // Runs `entry` for the CTAs of one cluster (`cluster` CTAs at blocks
-// (x, y0 .. y0 + cluster - 1), ranks 0..cluster-1) with `threads` threads and
-// `smem_bytes` of dynamic shared memory each, filled with `poison` first.
-void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, int cluster, int threads,
+// (x, y0 .. y0 + cluster - 1, z), ranks 0..cluster-1) with `threads` threads
+// and `smem_bytes` of dynamic shared memory each, filled with `poison` first.
+void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, unsigned z, int cluster, int threads,
                  size_t smem_bytes, unsigned char poison);
 
 // ---- what the rewritten source calls ----

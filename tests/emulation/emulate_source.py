@@ -4,7 +4,7 @@ runs on the CPU under cuda_on_cpu.hpp: every inline PTX statement becomes the
 emulation's call (a statement it does not know throws when reached), the
 dynamic shared memory is the CTA's buffer, and the kernel is a function of a
 namespace of its own, registered under the program's name (route twopass's
-intra-chunk kernel under "<program>#pre").
+intra-chunk kernel under "<program>#pre", its norm kernel under "<program>#post").
 
     emulate_source.py KEY SOURCE OUT
 """
@@ -28,11 +28,9 @@ REWRITES = [
     ("mapa.shared::cluster", "remote = 0;"),
     ("st.shared::cluster.f32", "*static_cast<float*>(::kdajit::emu::cluster_peer(local, rank)) = v;"),
     ("%%tid.x", "t = threadIdx.x;"),
-    # cp.async (route twopass's unit copies, the staged output gate): done at once; the template waits before any read.
+    # cp.async (route twopass's unit copies): done at once; the template waits before any read.
     ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
     ("cp.async.wait_all", ""),
-    ("cp.async.wait_group", ""),
-    ("cp.async.commit_group", ""),
 ]
 
 
@@ -101,7 +99,12 @@ def main():
         f.write("#if KDA_TWOPASS\nvoid pre_entry(const void* params) {\n  KdaParams p;\n"
                 "  std::memcpy(&p, params, sizeof p);\n  KDA_INTRA_ENTRY(p);\n}\n")
         f.write(f"const bool registered_pre = ::kdajit::emu::register_kernel(\"{program}#pre\", &pre_entry, "
-                "sizeof(KdaParams));\n#endif\n")
+                "sizeof(KdaParams));\n")
+        # And, for the prefill op, its norm kernel, as "<program>#post".
+        f.write("#if !KDA_CHUNK\nvoid post_entry(const void* params) {\n  KdaParams p;\n"
+                "  std::memcpy(&p, params, sizeof p);\n  kda_prefill_norm(p);\n}\n")
+        f.write(f"const bool registered_post = ::kdajit::emu::register_kernel(\"{program}#post\", &post_entry, "
+                "sizeof(KdaParams));\n#endif\n#endif\n")
         f.write(f"}}  // namespace kdajit::emu::{ident}\n")
 
 

@@ -68,14 +68,26 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
     grid_dim = {g.x, g.y, g.z};
     for (unsigned x = 0; x < g.x; ++x)
       for (unsigned y = 0; y < g.y; ++y)
-        run_cluster(run_pre, x, y, 1, static_cast<int>(plan.threads), plan.dynamic_smem_bytes, 0xFF);
+        run_cluster(run_pre, x, y, 0, 1, static_cast<int>(plan.threads), plan.dynamic_smem_bytes, 0xFF);
   }
   const std::function<void()> run = [&] { entry(&params); };
   grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};
   for (unsigned x = 0; x < plan.grid.x; ++x)
     for (unsigned y = 0; y < plan.grid.y; y += plan.cluster_y)
-      run_cluster(run, x, y, static_cast<int>(plan.cluster_y), static_cast<int>(plan.threads), plan.dynamic_smem_bytes,
-                  0xFF);
+      for (unsigned z = 0; z < plan.grid.z; ++z)
+        run_cluster(run, x, y, z, static_cast<int>(plan.cluster_y), static_cast<int>(plan.threads),
+                    plan.dynamic_smem_bytes, 0xFF);
+  if (plan.has_post()) {
+    // Route twopass, prefill op: its norm kernel last (no dynamic shared memory).
+    const Entry post = find_kernel(program + "#post", &params_bytes);
+    if (post == nullptr) throw std::runtime_error(key_name + ": its program has no emulated norm kernel");
+    LaunchGrid g = plan.post_grid;
+    if (max_wave > 0 && g.y > max_wave) g.y = max_wave;
+    const std::function<void()> run_post = [&] { post(&params); };
+    grid_dim = {g.x, g.y, g.z};
+    for (unsigned x = 0; x < g.x; ++x)
+      for (unsigned y = 0; y < g.y; ++y) run_cluster(run_post, x, y, 0, 1, static_cast<int>(plan.threads), 0, 0xFF);
+  }
 }
 
 }  // namespace kdajit::emu

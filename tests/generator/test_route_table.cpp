@@ -173,8 +173,9 @@ TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]
     INFO(r.name());
     if (r.serves(Op::prefill))
       CHECK(r.template_file(Op::prefill) == (r.route == Route::twopass ? "kda_prefill_twopass.cu" : "kda_prefill.cu"));
-    // Only twopass launches a kernel before its own.
+    // Only twopass launches a kernel before its own, and one after it.
     CHECK((r.pre_grid != nullptr) == (r.route == Route::twopass));
+    CHECK((r.post_grid != nullptr) == (r.route == Route::twopass));
   }
   CHECK_FALSE(route_spec(Route::sequential).serves(Op::prefill));
   CHECK_FALSE(route_spec(Route::stream).serves(Op::prefill));
@@ -190,6 +191,9 @@ TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]
   CHECK(pre_entry_name(Op::prefill) == "kda_prefill_intra");
   CHECK(pre_entry_name(Op::chunk) == "kda_chunk_intra");
   CHECK(pre_entry_name(Op::single).empty());
+  CHECK(post_entry_name(Op::prefill) == "kda_prefill_norm");
+  CHECK(post_entry_name(Op::chunk).empty());
+  CHECK(post_entry_name(Op::packed).empty());
   // The split routes keep their decode limit (T <= 8) to the packed op: a
   // prefill key's t is the chunk size, and every prefill route is eligible;
   // twopass once the call brings its workspace.
@@ -229,13 +233,41 @@ TEST_CASE("route table: route twopass's workspace and intra-chunk grid", "[route
     CHECK(p.pre_grid.y == 1 + 256);
     CHECK(p.grid.x == 16);
     CHECK(p.grid.y == 1);
+    CHECK(p.grid.z == 8);  // 8 x 16 CTAs of the state pass on 132 SMs
     CHECK(p.cluster_y == 1);
+    // The prefill op norms its rows in a third kernel: 8 warps a CTA, about 4 rows a warp.
+    CHECK(p.has_post() == (op == Op::prefill));
+    if (op == Op::prefill) {
+      CHECK(p.post_grid.x == 16);
+      CHECK(p.post_grid.y == 512);
+      CHECK(p.post_grid.z == 1);
+    }
     // Past 65535 units the kernel loops over them.
     c = shape(op, 16, 2147483647, 70000);
     CHECK(launch_plan(k, c, h200).pre_grid.y == 65535);
+    CHECK(launch_plan(k, c, h200).grid.z == 1);
+    if (op == Op::prefill) CHECK(launch_plan(k, c, h200).post_grid.y == 65535);
     k.route = Route::rowcta;
     CHECK_FALSE(launch_plan(k, c, h200).has_pre());
+    CHECK_FALSE(launch_plan(k, c, h200).has_post());
+    CHECK(launch_plan(k, c, h200).grid.z == 1);
   }
+}
+
+TEST_CASE("route table: route twopass's state pass CTAs per (sequence, head)", "[routes]") {
+  // The largest P of 1, 2, 4, 8 whose P x N x H CTAs fit the SMs.
+  const DeviceTraits h200{Arch::sm_90, 132};
+  CHECK(twopass_parts(shape(Op::prefill, 16, 16384, 1), h200) == 8);
+  CHECK(twopass_parts(shape(Op::prefill, 16, 16384, 2), h200) == 4);
+  CHECK(twopass_parts(shape(Op::prefill, 16, 32768, 4), h200) == 2);
+  CHECK(twopass_parts(shape(Op::prefill, 32, 16384, 1), h200) == 4);
+  CHECK(twopass_parts(shape(Op::prefill, 64, 16384, 1), h200) == 2);
+  CHECK(twopass_parts(shape(Op::chunk, 66, 16384, 1), h200) == 2);
+  CHECK(twopass_parts(shape(Op::chunk, 67, 16384, 1), h200) == 1);
+  CHECK(twopass_parts(shape(Op::prefill, 128, 16384, 8), h200) == 1);
+  CHECK(twopass_parts(shape(Op::prefill, 1, 100, 0), h200) == 8);
+  CHECK(twopass_parts(shape(Op::prefill, 4, 100, 1), DeviceTraits{Arch::sm_90, 0}) == 1);
+  CHECK(twopass_parts(shape(Op::prefill, 4, 100, 1), DeviceTraits{Arch::sm_90, 20}) == 4);
 }
 
 TEST_CASE("route table: the prefill launch plan", "[routes]") {
@@ -255,7 +287,8 @@ TEST_CASE("route table: the prefill launch plan", "[routes]") {
       CHECK(p.grid.x == 16u);
       CHECK(p.grid.y == static_cast<uint32_t>(P * wave));
       CHECK(p.grid.y <= kMaxGridY);
-      CHECK(p.grid.z == 1u);
+      // Route twopass's state pass: P CTAs per (sequence, head) along z (twopass_parts).
+      CHECK(p.grid.z == (r.route == Route::twopass ? static_cast<uint32_t>(twopass_parts(c, h200)) : 1u));
       CHECK(p.threads == 256u);
       CHECK(p.cluster_y == static_cast<uint32_t>(P));
       CHECK(p.dynamic_smem_bytes == 232448u);
@@ -330,7 +363,7 @@ TEST_CASE("route table: grids cover every row or item within the grid limits", "
           } else {
             // The kernel loops items with stride gridDim.y / cluster.
             CHECK(static_cast<int64_t>(g.y / r.cluster) == std::min<int64_t>(items, kMaxGridY / r.cluster));
-            CHECK(g.z == 1u);
+            CHECK(g.z == (r.route == Route::twopass ? static_cast<uint32_t>(twopass_parts(c, h200)) : 1u));
           }
         }
       }

@@ -76,6 +76,10 @@ inline constexpr int64_t kWorkspaceAlignment = 16;
 // The workspace route twopass needs for N sequences, T_total rows and H heads
 // (0 when T_total is 0); a negative or overflowing size gives INT64_MAX.
 int64_t twopass_workspace_bytes(int64_t num_seqs, int64_t rows, int64_t heads);
+// Route twopass's CTAs per (sequence, head) in its state pass kernel (grid z,
+// each holding 128 / P value rows of the state): the largest P in 1, 2, 4, 8
+// with P x max(N, 1) x H <= SMs (one CTA per SM), else 1.
+int twopass_parts(const CallShape& call, const DeviceTraits& device);
 
 // The work items of a call per head: single op, its rows; packed op,
 // max(N, ceil(R / T)) (item i: sequence i and the tail-row candidates
@@ -112,6 +116,9 @@ struct RouteSpec {
   // The grid of a kernel this route launches before its own (route twopass),
   // or nullptr.
   LaunchGrid (*pre_grid)(const CallShape& call, const DeviceTraits& device) = nullptr;
+  // The grid of a kernel this route launches after its own (route twopass,
+  // prefill op: its norm kernel; x = 0 for an op without one), or nullptr.
+  LaunchGrid (*post_grid)(const CallShape& call, const DeviceTraits& device) = nullptr;
 
   std::string_view name() const { return to_string(route); }
   int ctas_per_sm(const KernelKey& key) const { return ctas_per_sm_of(key); }
@@ -137,6 +144,11 @@ struct LaunchPlan {
   // kernel, pre_entry_name()); pre_grid.x == 0: none.
   LaunchGrid pre_grid{0, 0, 0};
   bool has_pre() const { return pre_grid.x > 0; }
+  // A kernel launched last on the same stream, with the same block and
+  // parameters, no dynamic shared memory and no cluster (route twopass,
+  // prefill op: its norm kernel, post_entry_name()); post_grid.x == 0: none.
+  LaunchGrid post_grid{0, 0, 0};
+  bool has_post() const { return post_grid.x > 0; }
 };
 LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const DeviceTraits& device);
 
@@ -151,5 +163,8 @@ std::string_view entry_name(Op op);
 // The extern "C" name of the kernel a route with a pre_grid launches first
 // (kda_prefill_intra, kda_chunk_intra); empty for the decode ops.
 std::string_view pre_entry_name(Op op);
+// The extern "C" name of the kernel a route with a post_grid launches last
+// (kda_prefill_norm); empty for the other ops.
+std::string_view post_entry_name(Op op);
 
 }  // namespace kdajit

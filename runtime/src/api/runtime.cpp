@@ -222,7 +222,16 @@ Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_
     pre.cluster_y = 1;
     KDAJIT_TRY(launch(*api, r.kernel->pre_function, prepare_launch(pre, pdl), cu_stream, call.params, r.key));
   }
-  return launch(*api, r.kernel->function, prepare_launch(plan, pdl), cu_stream, call.params, r.key);
+  KDAJIT_TRY(launch(*api, r.kernel->function, prepare_launch(plan, pdl), cu_stream, call.params, r.key));
+  if (plan.has_post()) {
+    // Route twopass, prefill op: its norm kernel last, same block, no dynamic shared memory, no cluster.
+    LaunchPlan post = plan;
+    post.grid = plan.post_grid;
+    post.cluster_y = 1;
+    post.dynamic_smem_bytes = 0;
+    KDAJIT_TRY(launch(*api, r.kernel->post_function, prepare_launch(post, pdl), cu_stream, call.params, r.key));
+  }
+  return {};
 }
 
 Status Runtime::Impl::prefill(const kdajit_prefill_args_t& args, kdajit_stream_t stream) {

@@ -67,11 +67,14 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
                       fmt::format("cuModuleLoadData({})", key_name(key))));
   LoadedKernel k;
   const RouteSpec& route = route_spec(key.route);
-  // The key's kernel, and the one its route launches first (route twopass).
+  // The key's kernel, and the ones its route launches first and last (route twopass).
   const bool has_pre = route.pre_grid != nullptr && chunked(key.op);
-  for (CUfunction* f : {&k.function, &k.pre_function}) {
-    if (f == &k.pre_function && !has_pre) break;
-    const std::string entry(f == &k.function ? entry_name(key.op) : pre_entry_name(key.op));
+  const bool has_post = route.post_grid != nullptr && !post_entry_name(key.op).empty();
+  for (CUfunction* f : {&k.function, &k.pre_function, &k.post_function}) {
+    if ((f == &k.pre_function && !has_pre) || (f == &k.post_function && !has_post)) continue;
+    const std::string entry(f == &k.function       ? entry_name(key.op)
+                            : f == &k.pre_function ? pre_entry_name(key.op)
+                                                   : post_entry_name(key.op));
     if (Status s = cu_check(*api, api->cuModuleGetFunction(f, mod, entry.c_str()),
                             fmt::format("cuModuleGetFunction({}, {})", key_name(key), entry));
         !s) {

@@ -164,7 +164,8 @@ Result<BuildInputs> make_build_inputs(const KernelKey& key) {
 
 KernelResources parse_ptxas_log(const std::string& log) {
   // Lines of the form, once per kernel of the program (route twopass's
-  // programs hold two; the figures are the larger kernel's, the spills both's):
+  // programs hold two or three; the figures are the largest kernel's, the
+  // spills all of theirs):
   //   ptxas info    : Used 96 registers, used 1 barriers, 1600 bytes smem, ...
   //   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
   static const std::regex regs(R"(Used (\d+) registers)");

@@ -24,6 +24,8 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   // The kernel the route launches first (route twopass: pre_entry_name), or null.
   CUfunction pre_function = nullptr;
+  // The kernel the route launches last (route twopass, prefill op: post_entry_name), or null.
+  CUfunction post_function = nullptr;
 };
 
 // What load() found, since the registry was made.
