@@ -807,6 +807,144 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   }
 }
 
+// Route twopass with P = 4 or 8 CTAs per (sequence, head) (kWg = P): the
+// CTA's 128 / P value rows are 8 / P groups of 16 (local group `slot`, first
+// value row vl), and the kWg warps of a group share its step 5. Each holds
+// the group's whole state tile (as state_pass does) and computes the output
+// and Δ^T tiles nt = sub, sub + kWg, ..; Δ^T goes through shared memory (DT)
+// to every warp of the group; each scales its whole tile by Γ_C and stores
+// Δ^T Kd of its column tiles sub, sub + kWg, .. (SS), which state_reload()
+// adds to every warp's tile after the caller's barrier. DT lies past W and
+// U^T in region 1, SS over M (both free in step 5). The products and their
+// tf32 operands are state_pass's; the update adds Δ^T Kd to S diag(Γ_C)
+// after summing it instead of accumulating onto it.
+enum : int {
+  kLdDT = kC + 8,                        // row stride (floats) of DT [v][t]
+  kOffDT = kEndSolved,                   // f32 [8 / P][16][kLdDT]: Δ^T of each group (tf32-rounded)
+  kOffSS = kOffM,                        // f32 [8 / P][16][kD]: each group's state, columns swizzled
+};
+static_assert(kOffDT % 16 == 0 && kOffDT + 2 * 16 * kLdDT * 4 <= kRegion1, "DT of two groups fits past U^T");
+static_assert(2 * 16 * kD * 4 <= kC * kC * 4, "SS of two groups fits over M");
+// SS element (r, c) of a group: 8-column group c / 8 XORed with r mod 8, so
+// that a warp's pairs (g, 8 nt + 2q) fall in distinct banks.
+__device__ __forceinline__ int ss_index(int r, int c) { return r * kD + (c ^ ((r & 7) << 3)); }
+
+template <int kWg>
+__device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st, int vl, int slot, int sub) {
+  enum : int { kTiles = kC / 8 / kWg, kCols = kD / 8 / kWg };
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  float* DT = reinterpret_cast<float*>(sm.base + kOffDT) + slot * 16 * kLdDT;
+  float* SS = reinterpret_cast<float*>(sm.base + kOffSS) + slot * 16 * kD;
+  // d = S W^T - U^T = -Δ^T and o = S Qg^T of this warp's tiles, over k.
+  float d[kTiles][4], o[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int nt = sub + kWg * j;
+    const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
+    const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
+    d[j][0] = -u0.x;
+    d[j][1] = -u0.y;
+    d[j][2] = -u1.x;
+    d[j][3] = -u1.y;
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 8; ++kk) {
+    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
+                   a3 = to_tf32(st.s[kk][3]);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int nt = sub + kWg * j;
+      unsigned b0, b1;
+      mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+      mma_tf32(d[j], a0, a1, a2, a3, b0, b1);
+      mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+      mma_tf32(o[j], a0, a1, a2, a3, b0, b1);
+    }
+  }
+  // Δ^T (tf32-rounded, as state_pass's fragments) to DT, for every warp of the group.
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int nt = sub + kWg * j;
+    *reinterpret_cast<float2*>(DT + g * kLdDT + 8 * nt + 2 * q) =
+        make_float2(tf32_round(-d[j][0]), tf32_round(-d[j][1]));
+    *reinterpret_cast<float2*>(DT + (g + 8) * kLdDT + 8 * nt + 2 * q) =
+        make_float2(tf32_round(-d[j][2]), tf32_round(-d[j][3]));
+  }
+  __syncthreads();
+  unsigned da[kC / 8][4];
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    const float2 lo = *reinterpret_cast<const float2*>(DT + g * kLdDT + 8 * ks + 2 * q);
+    const float2 hi = *reinterpret_cast<const float2*>(DT + (g + 8) * kLdDT + 8 * ks + 2 * q);
+    da[ks][0] = __float_as_uint(lo.x);
+    da[ks][1] = __float_as_uint(hi.x);
+    da[ks][2] = __float_as_uint(lo.y);
+    da[ks][3] = __float_as_uint(hi.y);
+  }
+  // o += Δ^T A^T (A is lower triangular: tiles ks <= nt).
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int nt = sub + kWg * j;
+#pragma unroll
+    for (int ks = 0; ks < kC / 8; ++ks) {
+      if (ks > nt) break;
+      unsigned b0, b1;
+      mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+      mma_tf32(o[j], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+    }
+  }
+  // S <- S diag(Γ_C) + Δ^T Kd: the scaling on the whole tile, Δ^T Kd of this
+  // warp's column tiles to SS.
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt) {
+    const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
+    st.s[nt][0] *= gc.x;
+    st.s[nt][1] *= gc.y;
+    st.s[nt][2] *= gc.x;
+    st.s[nt][3] *= gc.y;
+  }
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    const int ct = sub + kWg * j;
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int ks = 0; ks < kC / 8; ++ks) {
+      unsigned b0, b1;
+      mma_b(sm.KdT() + (8 * ct + g) * kLdT + 8 * ks, q, b0, b1);
+      mma_tf32(c, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+    }
+    *reinterpret_cast<float2*>(SS + ss_index(g, 8 * ct + 2 * q)) = make_float2(c[0], c[1]);
+    *reinterpret_cast<float2*>(SS + ss_index(g + 8, 8 * ct + 2 * q)) = make_float2(c[2], c[3]);
+  }
+  // round_bf16(o) (rounding point 3) to OB.
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int nt = sub + kWg * j;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 8 * nt + 2 * q + e;
+      sm.ob()[t * kLdOb + vl + g] = f32_to_bf16(o[j][e]);
+      sm.ob()[t * kLdOb + vl + g + 8] = f32_to_bf16(o[j][2 + e]);
+    }
+  }
+}
+// After the barrier that follows state_pass_shared: Δ^T Kd of every column
+// tile added to the warp's scaled tile.
+__device__ __forceinline__ void state_reload(const Smem& sm, StateTile& st, int slot) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float* SS = reinterpret_cast<const float*>(sm.base + kOffSS) + slot * 16 * kD;
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt) {
+    const float2 lo = *reinterpret_cast<const float2*>(SS + ss_index(g, 8 * nt + 2 * q));
+    const float2 hi = *reinterpret_cast<const float2*>(SS + ss_index(g + 8, 8 * nt + 2 * q));
+    st.s[nt][0] += lo.x;
+    st.s[nt][1] += lo.y;
+    st.s[nt][2] += hi.x;
+    st.s[nt][3] += hi.y;
+  }
+}
+
 // Step 6: the Σ ob² of each token over the 128 values (this CTA's warps, then
 // the cluster's ranks), then y = ob / sqrt(mean + eps) * w * σ(gate) to the
 // output rows of the chunk. `parity` alternates per chunk (the cluster buffer).
@@ -1069,8 +1207,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   if (!kChunk && !kTwopass && threadIdx.x < kD) sm.normw()[threadIdx.x] = p.norm_weight[threadIdx.x];
 
   StateTile st;
-  const bool state_warp = kTwopass ? 16 * warp >= vlo && 16 * warp < vhi : warp < kSWarps;
-  const int vrow = v0 + 16 * warp;
+  // Route twopass at P = 4 or 8: kWg = P warps share each 16-row group's step 5
+  // (state_pass_shared; `grp` the group in the CTA, `sub` the warp in it).
+  const int wg = kTwopass && (parts == 4 || parts == 8) ? parts : 1;
+  const int grp = warp / wg, sub = warp % wg;
+  const bool state_warp = kTwopass ? wg > 1 || (16 * warp >= vlo && 16 * warp < vhi) : warp < kSWarps;
+  const bool store_warp = state_warp && sub == 0;  // one warp of each group writes the state back
+  const int vrow = wg > 1 ? vlo + 16 * grp : v0 + 16 * warp;
   if (state_warp) {
     if (initial) {
       state_load(p, slot, h, vrow, st);
@@ -1091,15 +1234,24 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   for (long long c0 = 0; c0 < len; c0 += kC) {
     const long long row0 = q0 + c0;
     const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    if (kTwopass && part == 0 && threadIdx.x == 0 && c0 + kC < len) {
+      // The next chunk's unit into the L2 while this one computes: its copies
+      // after step 5 (P CTAs of this head) then wait on the L2, not on HBM.
+      const long long u = unit_base(p, n) + c0 / kC + 1;
+      if (u < unit_count(p)) prefetch_l2(unit_ptr(p, u, h), kUnitBytes);
+    }
     if (kTwopass && loaded) {
       cp_async_wait_all();
       __syncthreads();
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
-    if (state_warp) state_pass(sm, st);
+    if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub);
+    else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub);
+    else if (state_warp) state_pass(sm, st);
     __syncthreads();
     if constexpr (kTwopass) {
+      if (wg > 1) state_reload(sm, st, grp);
       // Step 5 is done with the buffers the next unit fills; the output reads none of them.
       const long long u = unit_base(p, n) + c0 / kC + 1;
       loaded = c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1);
@@ -1115,9 +1267,9 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   }
 
   if constexpr (kChunk) {
-    if (state_warp && p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, slot, h, vrow, st);
+    if (store_warp && p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, slot, h, vrow, st);
   } else {
-    if (state_warp) state_store(p, p.state, p.state_slot_stride, slot, h, vrow, st);
+    if (store_warp) state_store(p, p.state, p.state_slot_stride, slot, h, vrow, st);
     // Route twopass: the norm kernel writes the conv window, after every read of it.
     if constexpr (!kTwopass) conv_state_out(p, h, v0, rank, q0, len, initial, cbase);
   }

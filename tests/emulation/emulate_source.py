@@ -31,6 +31,8 @@ REWRITES = [
     # cp.async (route twopass's unit copies): done at once; the template waits before any read.
     ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
     ("cp.async.wait_all", ""),
+    # An L2 prefetch (route twopass's next unit): a hint, nothing to do.
+    ("cp.async.bulk.prefetch.L2", "(void)lo; (void)hi;"),
 ]
 
 

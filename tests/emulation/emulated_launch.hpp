@@ -3,8 +3,10 @@
 // the grid in turn, each CTA's shared memory NaN bytes at the start. With
 // `max_wave`, the grid's y has at most that many clusters per head, so that a
 // CTA walks several sequences (n, n + wave, ..), as it does when N passes
-// 65535 / P (and route twopass's intra-chunk grid at most that many units,
-// so that a CTA walks several). A prefill or chunk program (H, the state dtype
+// 65535 / P (and route twopass's intra-chunk and norm grids at most that many
+// units or row groups, so that a CTA walks several). `sm_count` is the
+// device's for the launch plan (route twopass's state pass CTAs per sequence
+// and head follow from it). A prefill or chunk program (H, the state dtype
 // and the conv layout read at run time) runs a call of any of them.
 #pragma once
 
@@ -39,7 +41,8 @@ class Workspace {
   std::vector<unsigned char> bytes_;
 };
 
-inline void emulate_call(const std::string& key_name, const ValidatedCall& call, unsigned max_wave = 0) {
+inline void emulate_call(const std::string& key_name, const ValidatedCall& call, unsigned max_wave = 0,
+                         int sm_count = 132) {
   auto key = parse_key(key_name);
   if (!key) throw std::runtime_error(key.error().message);
   // A program that reads H from the grid serves every head count: the call's H.
@@ -55,7 +58,7 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
     throw std::runtime_error(key_name + ": its program " + program +
                              " is not emulated (tests/emulation/CMakeLists.txt lists one key of each program)");
   if (params_bytes != sizeof(KdaParams)) throw std::runtime_error(key_name + ": its KdaParams differs from the runtime's");
-  LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, 132});
+  LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, sm_count});
   if (max_wave > 0 && plan.grid.y > max_wave * plan.cluster_y) plan.grid.y = max_wave * plan.cluster_y;
   const KdaParams params = call.params;
   if (plan.has_pre()) {

@@ -20,8 +20,10 @@ using ref::ChunkSpec;
 
 namespace {
 
-// Route twopass needs a workspace: `ws` (reused across calls), else a fresh poisoned one.
-void check_key(const std::string& key_name, const ChunkSpec& s, unsigned max_wave = 0, emu::Workspace* ws = nullptr) {
+// Route twopass needs a workspace: `ws` (reused across calls), else a fresh
+// poisoned one; `sm_count` sets its state pass CTAs per (sequence, head).
+void check_key(const std::string& key_name, const ChunkSpec& s, unsigned max_wave = 0, emu::Workspace* ws = nullptr,
+               int sm_count = 132) {
   const ChunkProblem input = ChunkProblem::make(s);
   ChunkProblem expected = input;
   REQUIRE(ref::chunk(expected.args).ok());
@@ -35,7 +37,7 @@ void check_key(const std::string& key_name, const ChunkSpec& s, unsigned max_wav
   auto call = validate_chunk(got.args);
   INFO(key_name << ": " << (call ? std::string() : call.error().message));
   REQUIRE(call.ok());
-  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave));
+  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave, sm_count));
   const ref::ChunkReport r = ref::compare_chunk(expected, got);
   INFO(key_name << ": " << r.summary());
   CHECK(r.pass);
@@ -118,7 +120,8 @@ TEST_CASE("emulated chunk kernel: route twopass, ragged batch, one workspace ove
   // The intra-chunk kernel's units for every chunk, then the state pass from
   // them; the same workspace, with the units of the call before, serves the
   // next call (every unit's tag is rewritten). The second call walks units
-  // and sequences with CTAs of several each.
+  // and sequences with CTAs of several each; the third splits the state pass
+  // over 2 CTAs per (sequence, head) instead of 8 (N x H = 12 on 24 SMs).
   ChunkSpec s;
   s.heads = 2;
   s.lengths = {65, 0, 130, 1, 64, 63};
@@ -128,6 +131,8 @@ TEST_CASE("emulated chunk kernel: route twopass, ragged batch, one workspace ove
   check_key(key, s, 0, &ws);
   s.seed = 9802;
   check_key(key, s, 2, &ws);
+  s.seed = 9806;
+  check_key(key, s, 0, &ws, 24);
   // bf16 state in FLA's layout, in place, without an initial state for none: the bounded program serves it.
   s.state = KDAJIT_DTYPE_BF16;
   s.in_place = true;

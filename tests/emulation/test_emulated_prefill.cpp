@@ -26,7 +26,8 @@ struct Call {
   std::vector<int32_t> lengths, slots, initial;  // per sequence
   int num_slots = 6;
   emu::Workspace* workspace = nullptr;  // route twopass: reused (else a fresh poisoned one)
-  int row_pad = 8;                      // odd: the output gate's rows are not 16-byte aligned (twopass: step 6 loads it)
+  int row_pad = 8;                      // odd: the row tensors are not 8-byte aligned (twopass's norm: element-wise)
+  int sm_count = 132;                   // the device's (route twopass: 8 state pass CTAs per sequence and head here)
 };
 
 // The default call: a new prompt of two chunks (the second of one row, no
@@ -76,7 +77,7 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   auto call = validate_prefill(a);
   INFO(key_name << ": " << (call ? std::string() : call.error().message));
   REQUIRE(call.ok());
-  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave));
+  REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave, c.sm_count));
 
   const ref::CompareReport r = ref::compare(expected, got, *plan, ref::chunked_tolerances());
   INFO(key_name << ": " << r.summary());
@@ -125,12 +126,22 @@ TEST_CASE("emulated prefill kernel: null and out-of-range slots, every sequence 
               KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9802, c, 1);
 }
 
-TEST_CASE("emulated prefill kernel: route twopass, row tensors not 16-byte aligned (step 6 loads the output gate)",
+TEST_CASE("emulated prefill kernel: route twopass, row tensors not 8-byte aligned (the norm kernel element-wise)",
           "[emulation][prefill]") {
   Call c = default_call();
   c.row_pad = 3;
   check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32, KDAJIT_CONV_SD,
             KDAJIT_GATE_BOUNDED, 9805, c);
+}
+
+TEST_CASE("emulated prefill kernel: route twopass, 1 and 4 state pass CTAs per (sequence, head)", "[emulation][prefill]") {
+  // N x H = 6: P = 1 on 2 SMs (every state warp in one CTA), P = 4 on 24.
+  Call c = default_call();
+  for (int sms : {2, 24}) {
+    c.sm_count = sms;
+    check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+              KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9806 + static_cast<uint64_t>(sms), c);
+  }
 }
 
 TEST_CASE("emulated prefill kernel: a strong decay (the per-element path for A and M), rowcta and split2", "[emulation][prefill]") {
