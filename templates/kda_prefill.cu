@@ -718,6 +718,60 @@ __device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long 
   else state_store_as<false>(p, dst, slot_stride, slot, h, vrow, st);
 }
 
+// Step 5 on one output tile nt (8 tokens) of the warp's value rows vl ..
+// vl + 15: d = -U^T and o = 0, then per 8 columns kk of S (its A fragment
+// a) d += S W^T and o += S Qg^T.
+__device__ __forceinline__ void init_delta_out(const Smem& sm, float (&d)[4], float (&o)[4], int vl, int nt) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
+  const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
+  d[0] = -u0.x;
+  d[1] = -u0.y;
+  d[2] = -u1.x;
+  d[3] = -u1.y;
+  o[0] = o[1] = o[2] = o[3] = 0.f;
+}
+__device__ __forceinline__ void add_state_products(const Smem& sm, float (&d)[4], float (&o)[4], const unsigned (&a)[4],
+                                                   int nt, int kk) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  unsigned b0, b1;
+  mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+  mma_tf32(d, a[0], a[1], a[2], a[3], b0, b1);
+  mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+  mma_tf32(o, a[0], a[1], a[2], a[3], b0, b1);
+}
+// Step 5's products on one tile of the warp, with Δ^T's A fragments da over
+// the chunk's s: o += Δ^T A^T for output tile nt (A is lower triangular:
+// tiles ks <= nt), and c += Δ^T Kd for state column tile nt.
+__device__ __forceinline__ void add_delta_a(const Smem& sm, float (&o)[4], const unsigned (&da)[kC / 8][4], int nt) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    if (ks > nt) break;
+    unsigned b0, b1;
+    mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+    mma_tf32(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+  }
+}
+__device__ __forceinline__ void add_delta_kd(const Smem& sm, float (&c)[4], const unsigned (&da)[kC / 8][4], int nt) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    unsigned b0, b1;
+    mma_b(sm.KdT() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+    mma_tf32(c, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
+  }
+}
+// The state tile's column tile nt times Γ_C.
+__device__ __forceinline__ void scale_by_gamma(const Smem& sm, float (&c)[4], int nt) {
+  const int q = threadIdx.x & 3;
+  const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
+  c[0] *= gc.x;
+  c[1] *= gc.y;
+  c[2] *= gc.x;
+  c[3] *= gc.y;
+}
+
 // Step 5 for warp w < kSWarps (local value rows 16 w ..): updates the state
 // tile, writes round_bf16(o) of its rows to OB and its Σ ob² per token.
 __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
@@ -726,27 +780,12 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k.
   float d[kC / 8][4], o[kC / 8][4];
 #pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt) {
-    const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
-    const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
-    d[nt][0] = -u0.x;
-    d[nt][1] = -u0.y;
-    d[nt][2] = -u1.x;
-    d[nt][3] = -u1.y;
-    o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
-  }
+  for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
-                   a3 = to_tf32(st.s[kk][3]);
+    const unsigned a[4] = {to_tf32(st.s[kk][0]), to_tf32(st.s[kk][2]), to_tf32(st.s[kk][1]), to_tf32(st.s[kk][3])};
 #pragma unroll
-    for (int nt = 0; nt < kC / 8; ++nt) {
-      unsigned b0, b1;
-      mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
-      mma_tf32(d[nt], a0, a1, a2, a3, b0, b1);
-      mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
-      mma_tf32(o[nt], a0, a1, a2, a3, b0, b1);
-    }
+    for (int nt = 0; nt < kC / 8; ++nt) add_state_products(sm, d[nt], o[nt], a, nt, kk);
   }
   // Δ^T as A fragments over s (negated d).
   unsigned da[kC / 8][4];
@@ -757,29 +796,14 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
     da[ks][2] = to_tf32(-d[ks][1]);
     da[ks][3] = to_tf32(-d[ks][3]);
   }
-  // o += Δ^T A^T (A is lower triangular: tiles ks <= nt).
+  // o += Δ^T A^T.
 #pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt)
-#pragma unroll
-    for (int ks = 0; ks <= nt; ++ks) {
-      unsigned b0, b1;
-      mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
-      mma_tf32(o[nt], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
-    }
+  for (int nt = 0; nt < kC / 8; ++nt) add_delta_a(sm, o[nt], da, nt);
   // S <- S diag(Γ_C) + Δ^T Kd.
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt) {
-    const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
-    st.s[nt][0] *= gc.x;
-    st.s[nt][1] *= gc.y;
-    st.s[nt][2] *= gc.x;
-    st.s[nt][3] *= gc.y;
-#pragma unroll
-    for (int ks = 0; ks < kC / 8; ++ks) {
-      unsigned b0, b1;
-      mma_b(sm.KdT() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
-      mma_tf32(st.s[nt], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
-    }
+    scale_by_gamma(sm, st.s[nt], nt);
+    add_delta_kd(sm, st.s[nt], da, nt);
   }
   // round_bf16(o) (rounding point 3) to OB, and Σ ob² over this warp's 16 rows per token.
 #pragma unroll
@@ -838,29 +862,12 @@ __device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st,
   // d = S W^T - U^T = -Δ^T and o = S Qg^T of this warp's tiles, over k.
   float d[kTiles][4], o[kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int nt = sub + kWg * j;
-    const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
-    const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
-    d[j][0] = -u0.x;
-    d[j][1] = -u0.y;
-    d[j][2] = -u1.x;
-    d[j][3] = -u1.y;
-    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  }
+  for (int j = 0; j < kTiles; ++j) init_delta_out(sm, d[j], o[j], vl, sub + kWg * j);
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
-                   a3 = to_tf32(st.s[kk][3]);
+    const unsigned a[4] = {to_tf32(st.s[kk][0]), to_tf32(st.s[kk][2]), to_tf32(st.s[kk][1]), to_tf32(st.s[kk][3])};
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int nt = sub + kWg * j;
-      unsigned b0, b1;
-      mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
-      mma_tf32(d[j], a0, a1, a2, a3, b0, b1);
-      mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
-      mma_tf32(o[j], a0, a1, a2, a3, b0, b1);
-    }
+    for (int j = 0; j < kTiles; ++j) add_state_products(sm, d[j], o[j], a, sub + kWg * j, kk);
   }
   // Δ^T (tf32-rounded, as state_pass's fragments) to DT, for every warp of the group.
 #pragma unroll
@@ -882,38 +889,18 @@ __device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st,
     da[ks][2] = __float_as_uint(lo.y);
     da[ks][3] = __float_as_uint(hi.y);
   }
-  // o += Δ^T A^T (A is lower triangular: tiles ks <= nt).
+  // o += Δ^T A^T.
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int nt = sub + kWg * j;
-#pragma unroll
-    for (int ks = 0; ks < kC / 8; ++ks) {
-      if (ks > nt) break;
-      unsigned b0, b1;
-      mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
-      mma_tf32(o[j], da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
-    }
-  }
+  for (int j = 0; j < kTiles; ++j) add_delta_a(sm, o[j], da, sub + kWg * j);
   // S <- S diag(Γ_C) + Δ^T Kd: the scaling on the whole tile, Δ^T Kd of this
   // warp's column tiles to SS.
 #pragma unroll
-  for (int nt = 0; nt < kD / 8; ++nt) {
-    const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
-    st.s[nt][0] *= gc.x;
-    st.s[nt][1] *= gc.y;
-    st.s[nt][2] *= gc.x;
-    st.s[nt][3] *= gc.y;
-  }
+  for (int nt = 0; nt < kD / 8; ++nt) scale_by_gamma(sm, st.s[nt], nt);
 #pragma unroll
   for (int j = 0; j < kCols; ++j) {
     const int ct = sub + kWg * j;
     float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int ks = 0; ks < kC / 8; ++ks) {
-      unsigned b0, b1;
-      mma_b(sm.KdT() + (8 * ct + g) * kLdT + 8 * ks, q, b0, b1);
-      mma_tf32(c, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
-    }
+    add_delta_kd(sm, c, da, ct);
     *reinterpret_cast<float2*>(SS + ss_index(g, 8 * ct + 2 * q)) = make_float2(c[0], c[1]);
     *reinterpret_cast<float2*>(SS + ss_index(g + 8, 8 * ct + 2 * q)) = make_float2(c[2], c[3]);
   }

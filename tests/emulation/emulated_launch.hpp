@@ -61,18 +61,18 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
   LaunchPlan plan = launch_plan(*key, call.shape, DeviceTraits{key->arch, sm_count});
   if (max_wave > 0 && plan.grid.y > max_wave * plan.cluster_y) plan.grid.y = max_wave * plan.cluster_y;
   const KdaParams params = call.params;
-  if (plan.has_pre()) {
-    // Route twopass: its intra-chunk kernel over the whole pre grid first (clamped like the main grid).
-    const Entry pre = find_kernel(program + "#pre", &params_bytes);
-    if (pre == nullptr) throw std::runtime_error(key_name + ": its program has no emulated intra-chunk kernel");
-    LaunchGrid g = plan.pre_grid;
+  // Route twopass's kernels before and after the key's own: one CTA per grid
+  // cell, no cluster, the grid's y clamped like the main grid's.
+  auto run_extra = [&](const char* suffix, const char* what, LaunchGrid g, size_t smem_bytes) {
+    const Entry extra = find_kernel(program + suffix, &params_bytes);
+    if (extra == nullptr) throw std::runtime_error(key_name + ": its program has no emulated " + what);
     if (max_wave > 0 && g.y > max_wave) g.y = max_wave;
-    const std::function<void()> run_pre = [&] { pre(&params); };
+    const std::function<void()> run_it = [&] { extra(&params); };
     grid_dim = {g.x, g.y, g.z};
     for (unsigned x = 0; x < g.x; ++x)
-      for (unsigned y = 0; y < g.y; ++y)
-        run_cluster(run_pre, x, y, 0, 1, static_cast<int>(plan.threads), plan.dynamic_smem_bytes, 0xFF);
-  }
+      for (unsigned y = 0; y < g.y; ++y) run_cluster(run_it, x, y, 0, 1, static_cast<int>(plan.threads), smem_bytes, 0xFF);
+  };
+  if (plan.has_pre()) run_extra("#pre", "intra-chunk kernel", plan.pre_grid, plan.dynamic_smem_bytes);
   const std::function<void()> run = [&] { entry(&params); };
   grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};
   for (unsigned x = 0; x < plan.grid.x; ++x)
@@ -80,17 +80,8 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
       for (unsigned z = 0; z < plan.grid.z; ++z)
         run_cluster(run, x, y, z, static_cast<int>(plan.cluster_y), static_cast<int>(plan.threads),
                     plan.dynamic_smem_bytes, 0xFF);
-  if (plan.has_post()) {
-    // Route twopass, prefill op: its norm kernel last (no dynamic shared memory).
-    const Entry post = find_kernel(program + "#post", &params_bytes);
-    if (post == nullptr) throw std::runtime_error(key_name + ": its program has no emulated norm kernel");
-    LaunchGrid g = plan.post_grid;
-    if (max_wave > 0 && g.y > max_wave) g.y = max_wave;
-    const std::function<void()> run_post = [&] { post(&params); };
-    grid_dim = {g.x, g.y, g.z};
-    for (unsigned x = 0; x < g.x; ++x)
-      for (unsigned y = 0; y < g.y; ++y) run_cluster(run_post, x, y, 0, 1, static_cast<int>(plan.threads), 0, 0xFF);
-  }
+  // The prefill op's norm kernel: no dynamic shared memory.
+  if (plan.has_post()) run_extra("#post", "norm kernel", plan.post_grid, 0);
 }
 
 }  // namespace kdajit::emu
