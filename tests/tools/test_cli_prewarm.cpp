@@ -287,6 +287,8 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
   CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["prefill"] == "kda_prefill_intra");
   CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["chunk"] == "kda_chunk_intra");
   CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("pre_entry"));
+  CHECK(routes[static_cast<size_t>(Route::twopass)]["post_entry"] == json{{"prefill", "kda_prefill_norm"}});
+  CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("post_entry"));
   CHECK(routes[0]["entry"]["prefill"] == "kda_prefill");
   Run table = cli({"routes"}, scratch.path());
   CHECK(table.code == 0);
