@@ -832,8 +832,8 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
 }
 
 // Route twopass with P = 4 or 8 CTAs per (sequence, head) (kWg = P): the
-// CTA's 128 / P value rows are 8 / P groups of 16 (local group `slot`, first
-// value row vl), and the kWg warps of a group share its step 5. Each holds
+// CTA's 128 / P value rows are 8 / P groups of 16 (group `grp` of the CTA,
+// first value row vl), and the kWg warps of a group share its step 5. Each holds
 // the group's whole state tile (as state_pass does) and computes the output
 // and Δ^T tiles nt = sub, sub + kWg, ..; Δ^T goes through shared memory (DT)
 // to every warp of the group; each scales its whole tile by Γ_C and stores
@@ -854,11 +854,11 @@ static_assert(2 * 16 * kD * 4 <= kC * kC * 4, "SS of two groups fits over M");
 __device__ __forceinline__ int ss_index(int r, int c) { return r * kD + (c ^ ((r & 7) << 3)); }
 
 template <int kWg>
-__device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st, int vl, int slot, int sub) {
+__device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st, int vl, int grp, int sub) {
   enum : int { kTiles = kC / 8 / kWg, kCols = kD / 8 / kWg };
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  float* DT = reinterpret_cast<float*>(sm.base + kOffDT) + slot * 16 * kLdDT;
-  float* SS = reinterpret_cast<float*>(sm.base + kOffSS) + slot * 16 * kD;
+  float* DT = reinterpret_cast<float*>(sm.base + kOffDT) + grp * 16 * kLdDT;
+  float* SS = reinterpret_cast<float*>(sm.base + kOffSS) + grp * 16 * kD;
   // d = S W^T - U^T = -Δ^T and o = S Qg^T of this warp's tiles, over k.
   float d[kTiles][4], o[kTiles][4];
 #pragma unroll
@@ -918,9 +918,9 @@ __device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st,
 }
 // After the barrier that follows state_pass_shared: Δ^T Kd of every column
 // tile added to the warp's scaled tile.
-__device__ __forceinline__ void state_reload(const Smem& sm, StateTile& st, int slot) {
+__device__ __forceinline__ void state_reload(const Smem& sm, StateTile& st, int grp) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const float* SS = reinterpret_cast<const float*>(sm.base + kOffSS) + slot * 16 * kD;
+  const float* SS = reinterpret_cast<const float*>(sm.base + kOffSS) + grp * 16 * kD;
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt) {
     const float2 lo = *reinterpret_cast<const float2*>(SS + ss_index(g, 8 * nt + 2 * q));
