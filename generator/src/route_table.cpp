@@ -121,10 +121,10 @@ LaunchGrid twopass_pre_grid(const CallShape& c, const DeviceTraits&) {
   return {static_cast<uint32_t>(c.family.heads), clamp_grid(units), 1};
 }
 constexpr LaunchGrid (*no_pre)(const CallShape&, const DeviceTraits&) = nullptr;
-// Its norm kernel (prefill op): a warp per row, rows y * 8 + warp + k * 8 *
-// gridDim.y of every sequence, about four rows a warp.
+// Its norm kernel (the ops with one: post_entry_name): a warp per row, rows
+// y * 8 + warp + k * 8 * gridDim.y of every sequence, about four rows a warp.
 LaunchGrid twopass_post_grid(const CallShape& c, const DeviceTraits&) {
-  if (c.family.op != Op::prefill) return {0, 0, 0};
+  if (post_entry_name(c.family.op).empty()) return {0, 0, 0};
   return {static_cast<uint32_t>(c.family.heads), clamp_grid((c.rows + 31) / 32), 1};
 }
 constexpr LaunchGrid (*no_post)(const CallShape&, const DeviceTraits&) = nullptr;

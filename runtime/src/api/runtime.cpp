@@ -215,22 +215,19 @@ Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_
   }
   // The launch shape is the route's row of the table applied to the call.
   const LaunchPlan plan = launch_plan(r.key, call.shape, r.device);
-  if (plan.has_pre()) {
-    // Route twopass: its intra-chunk kernel first, same block and shared memory, no cluster.
-    LaunchPlan pre = plan;
-    pre.grid = plan.pre_grid;
-    pre.cluster_y = 1;
-    KDAJIT_TRY(launch(*api, r.kernel->pre_function, prepare_launch(pre, pdl), cu_stream, call.params, r.key));
-  }
+  // Route twopass's other kernels: the same block as the key's, no cluster.
+  auto launch_other = [&](CUfunction f, LaunchGrid grid, uint32_t dynamic_smem_bytes) {
+    LaunchPlan other = plan;
+    other.grid = grid;
+    other.cluster_y = 1;
+    other.dynamic_smem_bytes = dynamic_smem_bytes;
+    return launch(*api, f, prepare_launch(other, pdl), cu_stream, call.params, r.key);
+  };
+  // Its intra-chunk kernel first, with the key's shared memory.
+  if (plan.has_pre()) KDAJIT_TRY(launch_other(r.kernel->pre_function, plan.pre_grid, plan.dynamic_smem_bytes));
   KDAJIT_TRY(launch(*api, r.kernel->function, prepare_launch(plan, pdl), cu_stream, call.params, r.key));
-  if (plan.has_post()) {
-    // Route twopass, prefill op: its norm kernel last, same block, no dynamic shared memory, no cluster.
-    LaunchPlan post = plan;
-    post.grid = plan.post_grid;
-    post.cluster_y = 1;
-    post.dynamic_smem_bytes = 0;
-    KDAJIT_TRY(launch(*api, r.kernel->post_function, prepare_launch(post, pdl), cu_stream, call.params, r.key));
-  }
+  // The prefill op's norm kernel last, with no dynamic shared memory.
+  if (plan.has_post()) KDAJIT_TRY(launch_other(r.kernel->post_function, plan.post_grid, 0));
   return {};
 }
 
