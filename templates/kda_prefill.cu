@@ -134,6 +134,16 @@ struct Smem {
   __device__ float* normw() const { return reinterpret_cast<float*>(base + kOffNormW); }
   __device__ float* warp_sum() const { return reinterpret_cast<float*>(base + kOffWarpSum); }
   __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kOffClusterSum); }
+  // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
+  static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
+  __device__ void put_qg(int t, int k, float x) const { Qg()[t * kLdW + k] = x; }
+  __device__ void put_kdt(int k, int t, float x) const { KdT()[k * kLdT + t] = x; }
+  __device__ void publish_kdt() const {}
+  __device__ void put_gamma_c(int k, float x) const { gammaC()[k] = x; }
+  __device__ void put_a(int t, int s, float x) const { A()[t * kLdT + s] = x; }
+  __device__ void put_w(int t, int c, float x) const { W()[t * kLdW + c] = x; }
+  __device__ void put_ut(int v, int t, float x) const { UT()[v * kLdT + t] = x; }
+  __device__ int t_at(int r, int c) const { return r * kLdT + c; }  // (I + M)^-1 element (r, c)
 };
 
 // ---- tensor cores: mma.sync m16n8k8, tf32 operands, f32 accumulators ----
@@ -197,7 +207,8 @@ __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int 
 // before its first token, or zeros without an initial state), so no window
 // is carried between chunks, and it issues all its loads before the first use.
 enum : int { kSeg = 32, kConvTasks = kChans * (kC / kSeg) };
-__device__ __forceinline__ void conv_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
+template <class S>
+__device__ __forceinline__ void conv_chunk(const KdaParams& p, const S& sm, int h, int v0, long long q0,
                                            long long c0, int L, bool initial, long long cbase) {
   for (int task = threadIdx.x; task < kConvTasks; task += kThreads) {
     const int c = task % kChans, ts = task / kChans * kSeg;
@@ -268,7 +279,8 @@ __device__ __forceinline__ void conv_state_out(const KdaParams& p, int h, int v0
 // Element i of the chunk is (token i / kChans, channel i % kChans): a warp
 // reads consecutive channels of one row; every load of a batch is issued
 // before its stores.
-__device__ __forceinline__ void load_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long row0, int L) {
+template <class S>
+__device__ __forceinline__ void load_chunk(const KdaParams& p, const S& sm, int h, int v0, long long row0, int L) {
   enum : int { kPer = kC * kChans / kThreads, kBatch = 8 };
   static_assert(kC * kChans % kThreads == 0, "whole rounds of the chunk's elements");
   for (int jb = 0; jb < kPer; jb += kBatch) {
@@ -297,7 +309,8 @@ __device__ __forceinline__ void load_chunk(const KdaParams& p, const Smem& sm, i
 // Step 1: the q/k norm scales, per token (one warp per token): 1 / |q| /
 // sqrt(128) and 1 / |k| for the prefill op; for the chunk op p.scale / |q|
 // and 1 / |k| with the L2 norm, else p.scale and 1.
-__device__ __forceinline__ void norm_scales(const KdaParams& p, const Smem& sm) {
+template <class S>
+__device__ __forceinline__ void norm_scales(const KdaParams& p, const S& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (kChunk && !(p.chunk_flags & KDA_CHUNK_QK_L2NORM)) {
     if (threadIdx.x < kC) {
@@ -333,7 +346,8 @@ __device__ __forceinline__ GateConstants gate_constants(const KdaParams& p, int 
 // Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
 // have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
 // half of the chunk, then the second half adds the first half's total.
-__device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, int h, long long row0, int L,
+template <class S>
+__device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int h, long long row0, int L,
                                             const GateConstants& gate) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
@@ -370,20 +384,22 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const Smem& sm, 
 }
 
 // Step 2: Qg, KdT and Γ_C.
-__device__ __forceinline__ void scaled_operands(const Smem& sm) {
+template <class S>
+__device__ __forceinline__ void scaled_operands(const S& sm) {
   const float* G = sm.G();
   for (int i = threadIdx.x; i < kC * kD; i += kThreads) {
     const int t = i / kD, k = i % kD;
     const float g = G[i], gl = G[(kC - 1) * kD + k];
-    sm.Qg()[t * kLdW + k] = tf32_round(bf16_to_f32(sm.mq()[i]) * sm.rq()[t] * __expf(g));
-    sm.KdT()[k * kLdT + t] = tf32_round(bf16_to_f32(sm.mk()[i]) * sm.rk()[t] * __expf(gl - g));
+    sm.put_qg(t, k, tf32_round(bf16_to_f32(sm.mq()[i]) * sm.rq()[t] * __expf(g)));
+    sm.put_kdt(k, t, tf32_round(bf16_to_f32(sm.mk()[i]) * sm.rk()[t] * __expf(gl - g)));
   }
-  if (threadIdx.x < kD) sm.gammaC()[threadIdx.x] = __expf(G[(kC - 1) * kD + threadIdx.x]);
+  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, __expf(G[(kC - 1) * kD + threadIdx.x]));
 }
 
 // Step 3 for a strong decay, diagonal blocks: pairs (t, s) of one sub-chunk,
 // s <= t, one exponential per element; the warp splits k over its lanes (4 each).
-__device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
+template <class S>
+__device__ __forceinline__ void diagonal_blocks(const S& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* G = sm.G();
   for (int r = 0; r < kC / kWarps; ++r) {
@@ -412,12 +428,12 @@ __device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
       m = warp_sum(m);
       if (lane == 0) {
         const float rks = sm.rk()[s];
-        sm.A()[t * kLdT + s] = tf32_round(a * rqt * rks);
+        sm.put_a(t, s, tf32_round(a * rqt * rks));
         if (s < t) sm.M()[t * kC + s] = bt * m * rkt * rks;
       }
     }
     // Zeros above the diagonal inside the block (the A Δ product reads whole 8 x 8 tiles).
-    if (lane > t - s0 && lane < kSub) sm.A()[t * kLdT + s0 + lane] = 0.f;
+    if (lane > t - s0 && lane < kSub) sm.put_a(t, s0 + lane, 0.f);
   }
 }
 
@@ -432,7 +448,8 @@ __device__ __forceinline__ void diagonal_blocks(const Smem& sm) {
 // (diagonal_blocks) and the blocks below them are factored through the last
 // row before sub-chunk i, where both factors are <= 1.
 enum : int { kMaxHalfSpan = 60 };
-__device__ __forceinline__ bool factored_blocks_safe(const Smem& sm) {
+template <class S>
+__device__ __forceinline__ bool factored_blocks_safe(const S& sm) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   const float* G = sm.G();
   bool ok = true;
@@ -450,7 +467,8 @@ __device__ __forceinline__ bool factored_blocks_safe(const Smem& sm) {
 // M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}]. The
 // caller picks R so that no factor overflows. Above the diagonal A is zero (the
 // A Δ product reads whole 8 x 8 tiles); M there is never read.
-__device__ __forceinline__ void factored_block(const Smem& sm, int i, int j, const float* R) {
+template <class S>
+__device__ __forceinline__ void factored_block(const S& sm, int i, int j, const float* R) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const float* G = sm.G();
   const unsigned short* mq = sm.mq();
@@ -492,8 +510,8 @@ __device__ __forceinline__ void factored_block(const Smem& sm, int i, int j, con
     for (int e = 0; e < 2; ++e) {
       const int s = kSub * j + 8 * nt + 2 * q + e;
       const float rks = sm.rk()[s];
-      sm.A()[t0 * kLdT + s] = s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f;
-      sm.A()[t1 * kLdT + s] = s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f;
+      sm.put_a(t0, s, s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f);
+      sm.put_a(t1, s, s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f);
       sm.M()[t0 * kC + s] = be0 * cm[nt][e] * rk0 * rks;
       sm.M()[t1 * kC + s] = be1 * cm[nt][2 + e] * rk1 * rks;
     }
@@ -504,7 +522,8 @@ __device__ __forceinline__ void factored_block(const Smem& sm, int i, int j, con
 // reference row is the middle of sub-chunk i (row 16 i + 7) for the whole
 // factored pass, the last row before it (16 i - 1) for the blocks below the
 // diagonal alone (both factors <= 1 there).
-__device__ __forceinline__ void factored_blocks(const Smem& sm, bool below_only) {
+template <class S>
+__device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;
   const int tasks = below_only ? kSubs * (kSubs - 1) / 2 : kSubs * (kSubs + 1) / 2;
   for (int task = warp; task < tasks; task += kWarps) {
@@ -524,7 +543,8 @@ __device__ __forceinline__ void factored_blocks(const Smem& sm, bool below_only)
 // blocks by forward substitution (one column per thread), then the blocks
 // below them diagonal by diagonal, T_ij = -T_ii Σ_{j<=m<i} M_im T_mj, with
 // the partial sum kept in T's unused block (j, i) above the diagonal.
-__device__ __forceinline__ void invert(const Smem& sm) {
+template <class S>
+__device__ __forceinline__ void invert(const S& sm) {
   float* T = sm.T();
   const float* M = sm.M();
   if (threadIdx.x < kC) {
@@ -538,7 +558,7 @@ __device__ __forceinline__ void invert(const Smem& sm) {
       x[t] = acc;
     }
 #pragma unroll
-    for (int t = 0; t < kSub; ++t) T[(base + t) * kLdT + base + c] = x[t];
+    for (int t = 0; t < kSub; ++t) T[sm.t_at(base + t, base + c)] = x[t];
   }
   __syncthreads();
   for (int d = 1; d < kSubs; ++d) {
@@ -546,8 +566,8 @@ __device__ __forceinline__ void invert(const Smem& sm) {
     for (int e = threadIdx.x; e < elems; e += kThreads) {
       const int i = d + e / (kSub * kSub), r = e / kSub % kSub, c = e % kSub, j = i - d;
       float acc = 0.f;
-      for (int m = kSub * j; m < kSub * i; ++m) acc = fmaf(M[(kSub * i + r) * kC + m], T[m * kLdT + kSub * j + c], acc);
-      T[(kSub * j + r) * kLdT + kSub * i + c] = acc;
+      for (int m = kSub * j; m < kSub * i; ++m) acc = fmaf(M[(kSub * i + r) * kC + m], T[sm.t_at(m, kSub * j + c)], acc);
+      T[sm.t_at(kSub * j + r, kSub * i + c)] = acc;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < elems; e += kThreads) {
@@ -555,8 +575,8 @@ __device__ __forceinline__ void invert(const Smem& sm) {
       float acc = 0.f;
 #pragma unroll
       for (int m = 0; m < kSub; ++m)
-        acc = fmaf(T[(kSub * i + r) * kLdT + kSub * i + m], T[(kSub * j + m) * kLdT + kSub * i + c], acc);
-      T[(kSub * i + r) * kLdT + kSub * j + c] = -acc;
+        acc = fmaf(T[sm.t_at(kSub * i + r, kSub * i + m)], T[sm.t_at(kSub * j + m, kSub * i + c)], acc);
+      T[sm.t_at(kSub * i + r, kSub * j + c)] = -acc;
     }
     __syncthreads();
   }
@@ -566,7 +586,8 @@ __device__ __forceinline__ void invert(const Smem& sm) {
 // Column tile nt (8 columns) belongs to warp nt % 8; the right-hand side is
 // formed from region 1 as the B fragments are built, and W and U^T overwrite
 // region 1 after a barrier.
-__device__ __forceinline__ void apply_inverse(const Smem& sm) {
+template <class S>
+__device__ __forceinline__ void apply_inverse(const S& sm) {
   enum : int { kNTiles = kSolveCols / 8, kPerWarp = (kNTiles + kWarps - 1) / kWarps, kMTiles = kC / 16 };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const float* T = sm.T();
@@ -599,14 +620,14 @@ __device__ __forceinline__ void apply_inverse(const Smem& sm) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       if (ks > 2 * mt + 1) continue;  // above the diagonal: T is zero there
-      const float2 lo = *reinterpret_cast<const float2*>(T + (16 * mt + g) * kLdT + s0);
-      const float2 hi = *reinterpret_cast<const float2*>(T + (16 * mt + g + 8) * kLdT + s0);
+      const float2 lo = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g, s0));
+      const float2 hi = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g + 8, s0));
       const unsigned a0 = to_tf32(lo.x), a2 = to_tf32(lo.y), a1 = to_tf32(hi.x), a3 = to_tf32(hi.y);
 #pragma unroll
       for (int j = 0; j < kPerWarp; ++j) mma_tf32(acc[j][mt], a0, a1, a2, a3, b[j][0], b[j][1]);
     }
   }
-  __syncthreads();  // every read of mq, mk, mv and G is done: W and U^T overwrite them
+  if constexpr (S::kSolvedInRegion1) __syncthreads();  // every read of mq, mk, mv and G is done: W and U^T overwrite them
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     const int c0 = 8 * (warp + kWarps * j) + 2 * q;
@@ -616,8 +637,8 @@ __device__ __forceinline__ void apply_inverse(const Smem& sm) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int t = 16 * mt + g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
-        if (c < kD) sm.W()[t * kLdW + c] = tf32_round(acc[j][mt][e]);
-        else sm.UT()[(c - kD) * kLdT + t] = acc[j][mt][e];
+        if (c < kD) sm.put_w(t, c, tf32_round(acc[j][mt][e]));
+        else sm.put_ut(c - kD, t, acc[j][mt][e]);
       }
   }
 }
@@ -1000,7 +1021,8 @@ __device__ __forceinline__ void zero_output(const KdaParams& p, int h, long long
 
 // Steps 1-4 of the chunk of rows row0 = q0 + c0 .. row0 + L - 1: on return
 // (after a barrier) W, U^T, Qg, KdT, A and Γ_C are in shared memory.
-__device__ __forceinline__ void intra_chunk(const KdaParams& p, const Smem& sm, int h, int v0, long long q0,
+template <class S>
+__device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int h, int v0, long long q0,
                                             long long c0, int L, bool initial, long long cbase,
                                             const GateConstants& gate) {
   const long long row0 = q0 + c0;
@@ -1012,6 +1034,7 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const Smem& sm, 
   norm_scales(p, sm);
   const bool factored = __syncthreads_and(safe);
   scaled_operands(sm);
+  sm.publish_kdt();  // IntraSmem: (K̂ ∘ Γ_C / Γ)^T to the unit, its scratch free for M and T
   if (factored) {
     factored_blocks(sm, false);
   } else {
@@ -1068,14 +1091,7 @@ __device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int 
   return tag[0] == n && tag[1] == j;
 }
 
-// Rows x cols f32, row stride ld (16-byte aligned rows) <-> dense rows in a unit.
-__device__ __forceinline__ void unit_store(float* dst, const float* src, int rows, int cols, int ld) {
-  const int per_row = cols / 4;
-  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
-    const int r = i / per_row, c = 4 * (i % per_row);
-    *reinterpret_cast<float4*>(dst + r * cols + c) = *reinterpret_cast<const float4*>(src + r * ld + c);
-  }
-}
+// Rows x cols f32 in a unit's dense rows -> row stride ld (16-byte aligned rows).
 __device__ __forceinline__ void unit_load_async(float* dst, const float* src, int rows, int cols, int ld) {
   const int per_row = cols / 4;
   for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
@@ -1084,15 +1100,73 @@ __device__ __forceinline__ void unit_load_async(float* dst, const float* src, in
   }
 }
 
-// The intra-chunk kernel's stores of steps 1-4 (after intra_chunk's barrier).
-__device__ __forceinline__ void store_unit(const Smem& sm, unsigned char* unit) {
-  unit_store(reinterpret_cast<float*>(unit + kUnitW), sm.W(), kC, kD, kLdW);
-  unit_store(reinterpret_cast<float*>(unit + kUnitUT), sm.UT(), kD, kC, kLdT);
-  unit_store(reinterpret_cast<float*>(unit + kUnitQg), sm.Qg(), kC, kD, kLdW);
-  unit_store(reinterpret_cast<float*>(unit + kUnitKdT), sm.KdT(), kD, kC, kLdT);
-  unit_store(reinterpret_cast<float*>(unit + kUnitA), sm.A(), kC, kC, kLdT);
-  unit_store(reinterpret_cast<float*>(unit + kUnitGammaC), sm.gammaC(), 1, kD, kD);
-}
+// The intra-chunk kernel's shared memory: only what steps 1-4 read (115,456
+// bytes: two CTAs per SM). What step 5 reads goes to the unit from the
+// registers that compute it (put_*), so region 1 never holds W and U^T and
+// nothing holds Qg or A; (K̂ ∘ Γ_C / Γ)^T, computed row-wise, is transposed
+// through a scratch over M and T (free until step 3) by publish_kdt. T and
+// the scratch swizzle their columns, since their rows are 64 floats (32 banks
+// twice) with no room for padding.
+enum : int {
+  kIOffMq = 0,                            // bf16 [kC][kD]: m of q
+  kIOffMk = kIOffMq + kC * kD * 2,        // bf16 [kC][kD]: m of k
+  kIOffMv = kIOffMk + kC * kD * 2,        // bf16 [kC][kVRows]: m of v
+  kIOffG = kIOffMv + kC * kVRows * 2,     // f32 [kC][kD]: cumulative log decay
+  kIOffM = kIOffG + kC * kD * 4,          // f32 [kC][kC]: M (strictly lower)
+  kIOffT = kIOffM + kC * kC * 4,          // f32 [kC][kC]: (I + M)^-1, element (r, c) at t_at(r, c)
+  kIOffKdT = kIOffM,                      // step 2: f32 [kD][kC] over M and T, element (k, t) at k kC + (t ^ (k & 31))
+  kIOffRq = kIOffT + kC * kC * 4,         // f32 [kC]: q scale
+  kIOffRk = kIOffRq + kC * 4,             // f32 [kC]: k scale
+  kIOffBeta = kIOffRk + kC * 4,           // f32 [kC]: β
+  kIntraSmemBytes = kIOffBeta + kC * 4,
+};
+static_assert(kIOffKdT + kD * kC * 4 <= kIOffRq, "the (K̂ ∘ Γ_C / Γ)^T scratch fits over M and T");
+#if KDA_TWOPASS
+static_assert(kIntraSmemBytes <= KDA_INTRA_SMEM_BYTES, "the intra-chunk layout must fit its launch's shared memory");
+#endif
+
+struct IntraSmem {
+  unsigned char* base;
+  unsigned char* unit;  // the unit this CTA fills
+  __device__ unsigned short* mq() const { return reinterpret_cast<unsigned short*>(base + kIOffMq); }
+  __device__ unsigned short* mk() const { return reinterpret_cast<unsigned short*>(base + kIOffMk); }
+  __device__ unsigned short* mv() const { return reinterpret_cast<unsigned short*>(base + kIOffMv); }
+  __device__ float* G() const { return reinterpret_cast<float*>(base + kIOffG); }
+  __device__ float* M() const { return reinterpret_cast<float*>(base + kIOffM); }
+  __device__ float* T() const { return reinterpret_cast<float*>(base + kIOffT); }
+  __device__ float* rq() const { return reinterpret_cast<float*>(base + kIOffRq); }
+  __device__ float* rk() const { return reinterpret_cast<float*>(base + kIOffRk); }
+  __device__ float* beta() const { return reinterpret_cast<float*>(base + kIOffBeta); }
+  static constexpr bool kSolvedInRegion1 = false;
+  __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
+  __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[t * kD + k] = x; }
+  __device__ void put_kdt(int k, int t, float x) const {
+    reinterpret_cast<float*>(base + kIOffKdT)[k * kC + (t ^ (k & 31))] = x;
+  }
+  // The scratch to the unit's rows (between two barriers): logical columns
+  // t .. t + 3 (t a multiple of 4) of row k are the float4 at t ^ (k & 28),
+  // element e at e ^ (k & 3).
+  __device__ void publish_kdt() const {
+    __syncthreads();  // every put_kdt is in the scratch
+    const float* src = reinterpret_cast<const float*>(base + kIOffKdT);
+    float* dst = out(kUnitKdT);
+    for (int i = threadIdx.x; i < kD * kC / 4; i += kThreads) {
+      const int k = i / (kC / 4), t = 4 * (i % (kC / 4));
+      float4 v = *reinterpret_cast<const float4*>(src + k * kC + (t ^ (k & 28)));
+      if (k & 1) v = make_float4(v.y, v.x, v.w, v.z);
+      if (k & 2) v = make_float4(v.z, v.w, v.x, v.y);
+      *reinterpret_cast<float4*>(dst + k * kC + t) = v;
+    }
+    __syncthreads();  // the scratch is free for M and T
+  }
+  __device__ void put_gamma_c(int k, float x) const { out(kUnitGammaC)[k] = x; }
+  __device__ void put_a(int t, int s, float x) const { out(kUnitA)[t * kC + s] = x; }
+  __device__ void put_w(int t, int c, float x) const { out(kUnitW)[t * kD + c] = x; }
+  __device__ void put_ut(int v, int t, float x) const { out(kUnitUT)[v * kC + t] = x; }
+  // Row r's columns XOR 8 (r & 7): apply_inverse's float2 reads of rows g and
+  // columns 8 ks + 2q fall in distinct banks per half-warp.
+  __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 7) << 3)); }
+};
 // The state pass kernel's copies of a unit into the buffers step 5 reads (of
 // U^T, the CTA's value rows [vlo, vhi)); complete at the caller's
 // cp_async_wait_all() and barrier.
@@ -1116,11 +1190,12 @@ __device__ __forceinline__ bool sequence_live(const KdaParams& p, int q0, int q1
 // The intra-chunk kernel on head h: units u = blockIdx.y, + gridDim.y, ..;
 // the sequence of a unit is the last n with unit_base(n) <= u (a binary
 // search over query_start_loc).
-__device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, int h) {
+__device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* smem, int h) {
   const long long units = unit_count(p);
   const GateConstants gate = gate_constants(p, h);
   for (long long u = blockIdx.y; u < units; u += gridDim.y) {
     unsigned char* unit = unit_ptr(p, u, h);
+    const IntraSmem sm{smem, unit};
     int n = -1;
     long long j = -1;
     if (p.num_seqs > 0) {
@@ -1140,7 +1215,6 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, 
         const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
         const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
         intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
-        store_unit(sm, unit);
       }
     }
     if (threadIdx.x == 0) {
@@ -1148,7 +1222,7 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, const Smem& sm, 
       tag[0] = n;
       tag[1] = n >= 0 ? static_cast<int>(j) : -1;
     }
-    __syncthreads();  // the next unit's steps overwrite what store_unit reads
+    __syncthreads();  // every thread is done with this unit's buffers
   }
 }
 
@@ -1350,12 +1424,12 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_PREFILL_ENTRY(c
 #define KDA_INTRA_ENTRY kda_prefill_intra
 #endif
 // Route twopass, launched before KDA_PREFILL_ENTRY on the same stream: grid
-// (H, min(units, 65535)), the same block and shared memory.
-extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_INTRA_ENTRY(const __grid_constant__ KdaParams p) {
+// (H, min(units, 65535)), the same block, KDA_INTRA_SMEM_BYTES of dynamic
+// shared memory, two CTAs per SM.
+extern "C" __global__ void __launch_bounds__(KDA_THREADS, 2) KDA_INTRA_ENTRY(const __grid_constant__ KdaParams p) {
   extern __shared__ __align__(16) unsigned char kda_smem[];
-  const kda::prefill::Smem sm{kda_smem};
   kda::pdl_wait();
-  kda::prefill::intra_units(p, sm, blockIdx.x);
+  kda::prefill::intra_units(p, kda_smem, blockIdx.x);
 }
 #if !KDA_CHUNK
 // Route twopass, prefill op: launched after kda_prefill on the same stream:

@@ -170,9 +170,16 @@ LaunchPlan launch_plan(const KernelKey& key, const CallShape& call, const Device
   p.threads = static_cast<uint32_t>(route.threads(key));
   p.dynamic_smem_bytes = route.dynamic_smem_bytes(key);
   p.cluster_y = static_cast<uint32_t>(route.cluster);
-  if (route.pre_grid != nullptr && chunked(key.op)) p.pre_grid = route.pre_grid(call, device);
+  if (route.pre_grid != nullptr && chunked(key.op)) {
+    p.pre_grid = route.pre_grid(call, device);
+    p.pre_dynamic_smem_bytes = route.pre_dynamic_smem_bytes(key);
+  }
   if (route.post_grid != nullptr && chunked(key.op)) p.post_grid = route.post_grid(call, device);
   return p;
+}
+
+uint32_t RouteSpec::pre_dynamic_smem_bytes(const KernelKey& key) const {
+  return pre_grid != nullptr && chunked(key.op) ? kTwopassIntraSmemBytes : 0;
 }
 
 uint32_t RouteSpec::dynamic_smem_bytes(const KernelKey& key) const {

@@ -68,9 +68,11 @@ Result<std::string> generate_source(const KernelKey& key) {
   // The prefill kernel lays its chunk buffers out in this much dynamic shared
   // memory (the launch requests it) and static_asserts that they fit.
   if (chunked(key.op)) src += fmt::format("#define KDA_SMEM_BYTES {}\n", route.dynamic_smem_bytes(key));
-  // Route twopass: its workspace unit, whose layout the kernel checks against it.
+  // Route twopass: its workspace unit and its intra-chunk kernel's shared
+  // memory, whose layouts the kernel checks against them.
   if (chunked(key.op) && route.pre_grid != nullptr)
-    src += fmt::format("#define KDA_UNIT_BYTES {}\n", kTwopassUnitBytes);
+    src += fmt::format("#define KDA_UNIT_BYTES {}\n#define KDA_INTRA_SMEM_BYTES {}\n", kTwopassUnitBytes,
+                       kTwopassIntraSmemBytes);
   // The chunk op: q, k, v and dense states instead of the conv and the slot pool, no norm.
   if (key.op == Op::chunk) src += "#define KDA_CHUNK 1\n";
   std::set<std::string_view> seen;

@@ -110,6 +110,7 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline void __syncthreads() { ::kdajit::emu::barrier_and(1); }
 inline int __syncthreads_and(int p) { return ::kdajit::emu::barrier_and(p); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return ::kdajit::emu::shfl_xor(v, off); }

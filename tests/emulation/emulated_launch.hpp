@@ -72,7 +72,7 @@ inline void emulate_call(const std::string& key_name, const ValidatedCall& call,
     for (unsigned x = 0; x < g.x; ++x)
       for (unsigned y = 0; y < g.y; ++y) run_cluster(run_it, x, y, 0, 1, static_cast<int>(plan.threads), smem_bytes, 0xFF);
   };
-  if (plan.has_pre()) run_extra("#pre", "intra-chunk kernel", plan.pre_grid, plan.dynamic_smem_bytes);
+  if (plan.has_pre()) run_extra("#pre", "intra-chunk kernel", plan.pre_grid, plan.pre_dynamic_smem_bytes);
   const std::function<void()> run = [&] { entry(&params); };
   grid_dim = {plan.grid.x, plan.grid.y, plan.grid.z};
   for (unsigned x = 0; x < plan.grid.x; ++x)

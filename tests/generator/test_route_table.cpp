@@ -231,6 +231,9 @@ TEST_CASE("route table: route twopass's workspace and intra-chunk grid", "[route
     CHECK(p.has_pre());
     CHECK(p.pre_grid.x == 16);
     CHECK(p.pre_grid.y == 1 + 256);
+    // Two intra-chunk CTAs per SM: each within half the SM's 228 KiB, less the driver's 1 KiB a CTA.
+    CHECK(p.pre_dynamic_smem_bytes == kTwopassIntraSmemBytes);
+    CHECK(kTwopassIntraCtasPerSm * (kTwopassIntraSmemBytes + 1024) <= 228 * 1024);
     CHECK(p.grid.x == 16);
     CHECK(p.grid.y == 1);
     CHECK(p.grid.z == 8);  // 8 x 16 CTAs of the state pass on 132 SMs

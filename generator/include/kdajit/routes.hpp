@@ -72,6 +72,11 @@ inline constexpr uint32_t kPrefillSmemBytes = 232448;
 // f32), Γ_C and the chunk it holds; the kernel static_asserts the size
 // (KDA_UNIT_BYTES). The workspace's data must be 16-byte aligned.
 inline constexpr int64_t kTwopassUnitBytes = 148096;
+// Its intra-chunk kernel holds only steps 1-4's buffers, two CTAs per SM
+// (KDA_INTRA_SMEM_BYTES; the kernel static_asserts its layout fits): at most
+// half an sm_90 SM's 228 KiB, less the 1 KiB the driver reserves per CTA.
+inline constexpr uint32_t kTwopassIntraSmemBytes = 115456;
+inline constexpr int kTwopassIntraCtasPerSm = 2;
 inline constexpr int64_t kWorkspaceAlignment = 16;
 // The workspace route twopass needs for N sequences, T_total rows and H heads
 // (0 when T_total is 0); a negative or overflowing size gives INT64_MAX.
@@ -126,6 +131,9 @@ struct RouteSpec {
   // Dynamic shared memory of a launch (bytes): the stages; kPrefillSmemBytes
   // for a prefill key.
   uint32_t dynamic_smem_bytes(const KernelKey& key) const;
+  // That of the kernel launched first (pre_grid; route twopass's intra-chunk
+  // kernel: kTwopassIntraSmemBytes), 0 without one.
+  uint32_t pre_dynamic_smem_bytes(const KernelKey& key) const;
   bool serves(Op op) const { return !templates[template_column(op)].empty(); }
   std::string_view template_file(Op op) const { return templates[template_column(op)]; }
   // The routes.def column of an op: the chunk op shares the prefill template.
@@ -139,10 +147,11 @@ struct LaunchPlan {
   uint32_t threads = 0;
   uint32_t dynamic_smem_bytes = 0;
   uint32_t cluster_y = 1;  // cluster dimension along grid y (1: no cluster)
-  // A kernel launched first on the same stream, with the same block, shared
-  // memory and parameters and no cluster (route twopass: its intra-chunk
-  // kernel, pre_entry_name()); pre_grid.x == 0: none.
+  // A kernel launched first on the same stream, with the same block and
+  // parameters, its own shared memory and no cluster (route twopass: its
+  // intra-chunk kernel, pre_entry_name()); pre_grid.x == 0: none.
   LaunchGrid pre_grid{0, 0, 0};
+  uint32_t pre_dynamic_smem_bytes = 0;  // its dynamic shared memory
   bool has_pre() const { return pre_grid.x > 0; }
   // A kernel launched last on the same stream, with the same block and
   // parameters, no dynamic shared memory and no cluster (route twopass,

@@ -223,8 +223,8 @@ Status Runtime::Impl::launch_validated(const ValidatedCall& call, kdajit_stream_
     other.dynamic_smem_bytes = dynamic_smem_bytes;
     return launch(*api, f, prepare_launch(other, pdl), cu_stream, call.params, r.key);
   };
-  // Its intra-chunk kernel first, with the key's shared memory.
-  if (plan.has_pre()) KDAJIT_TRY(launch_other(r.kernel->pre_function, plan.pre_grid, plan.dynamic_smem_bytes));
+  // Its intra-chunk kernel first, with its own shared memory.
+  if (plan.has_pre()) KDAJIT_TRY(launch_other(r.kernel->pre_function, plan.pre_grid, plan.pre_dynamic_smem_bytes));
   KDAJIT_TRY(launch(*api, r.kernel->function, prepare_launch(plan, pdl), cu_stream, call.params, r.key));
   // The prefill op's norm kernel last, with no dynamic shared memory.
   if (plan.has_post()) KDAJIT_TRY(launch_other(r.kernel->post_function, plan.post_grid, 0));

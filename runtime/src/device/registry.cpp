@@ -82,9 +82,12 @@ Result<LoadedKernel> KernelRegistry::load(CUcontext ctx, const KernelKey& key, b
       return std::move(s).error();
     }
     // Routes with shared-memory stages, and every prefill key (the chunk's
-    // buffers, kPrefillSmemBytes), opt in to their dynamic shared memory (above
+    // buffers, kPrefillSmemBytes; route twopass's intra-chunk kernel
+    // kTwopassIntraSmemBytes), opt in to their dynamic shared memory (above
     // 48 KiB a launch fails without it).
-    if (const uint32_t smem = route.dynamic_smem_bytes(key); smem > 0) {
+    const uint32_t smem =
+        f == &k.pre_function ? route.pre_dynamic_smem_bytes(key) : f == &k.function ? route.dynamic_smem_bytes(key) : 0;
+    if (smem > 0) {
       if (Status s = cu_check(*api,
                               api->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                       static_cast<int>(smem)),
