@@ -13,7 +13,8 @@
 #define KDA_T 4  // hole: tokens per sequence T (1..16)
 #endif
 
-// The grid is persistent, not per head: H is the parameter block's (p.heads).
+// The grid is persistent, not per head: H is the parameter block's (p.heads,
+// divided by through p.heads_mul).
 #define KDA_HEADS_FROM_PARAMS 1
 
 #include "kda_params.h"
@@ -26,17 +27,17 @@ namespace kda {
 // qsl[N] (the rows no sequence owns are outside them); when n < N also m[2] =
 // qsl[n], m[3] = qsl[n+1], m[4] = num_accepted[n], m[5 + t] = state_indices[n, t].
 struct PackedWork {
-  int heads;  // H (head_count())
+  HeadSplit hs;  // H and its multiplier (head_split())
   static_assert(kMetaInts >= 5 + kTokens, "the packed metadata of one item");
   // Measured (A/B, docs/DESIGN.md "Route stream"): with 5T + 22
   // runs per item, bulk copies (bulk_issuers' warps) and no L2 hints are
   // faster than cp.async with hints at N >= 32 (up to 4.5%: bf16, N >= 128).
   static constexpr bool kBulkInputs = true, kL2Hints = false;
   __device__ __forceinline__ long long items(const KdaParams& p) const {
-    return static_cast<long long>(packed_items(p)) * heads;
+    return static_cast<long long>(packed_items(p)) * hs.heads;
   }
-  __device__ __forceinline__ int head(long long i) const { return static_cast<int>(i % heads); }
-  __device__ __forceinline__ int seq(long long i) const { return static_cast<int>(i / heads); }
+  __device__ __forceinline__ int head(long long i) const { return hs.rem(i); }
+  __device__ __forceinline__ int seq(long long i) const { return static_cast<int>(hs.quot(i)); }
   // Threads 0 .. 4 + T of warp 0, one 4-byte copy each.
   __device__ __forceinline__ void load_meta(const KdaParams& p, long long i, int* m) const {
     const int t = threadIdx.x, n = seq(i);
@@ -70,5 +71,5 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, KDA_MIN_CTAS_PER_SM)
     kda_packed_decode(const __grid_constant__ KdaParams p) {
   __shared__ kda::StreamSmem ss;
   extern __shared__ __align__(128) kda::U4 stages[];  // kStages slices
-  kda::stream_items(p, kda::PackedWork{kda::head_count(p)}, ss, stages);
+  kda::stream_items(p, kda::PackedWork{kda::head_split(p)}, ss, stages);
 }

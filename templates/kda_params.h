@@ -7,11 +7,13 @@
 
 #ifdef __CUDACC_RTC__
 typedef long long kda_i64;
+typedef unsigned long long kda_u64;
 typedef int kda_i32;
 typedef unsigned short kda_bf16_bits;
 #else
 #include <stdint.h>
 typedef int64_t kda_i64;
+typedef uint64_t kda_u64;
 typedef int32_t kda_i32;
 typedef uint16_t kda_bf16_bits;
 #endif
@@ -80,7 +82,18 @@ struct KdaParams {
   // (templates/kda_prefill.cu, "Route twopass"), KDA_UNIT_BYTES per (unit,
   // head); null on every other route.
   unsigned char* workspace;
+  // ceil(2^63 / H) (kda_heads_multiplier): route stream divides its work item
+  // i into (row or sequence) i / H and head i % H by it (kda_pipeline.cuh,
+  // HeadSplit); the decode ops set it. Last, so that no other field moves.
+  kda_u64 heads_mul;
 };
+
+#ifndef __CUDACC_RTC__
+// KdaParams::heads_mul of H >= 1: ceil(2^63 / H).
+static inline kda_u64 kda_heads_multiplier(kda_i32 heads) {
+  return (((kda_u64)1 << 63) - 1) / (kda_u64)heads + 1;
+}
+#endif
 
 // chunk_flags of the chunk op.
 #define KDA_CHUNK_QK_L2NORM 1  // q and k divided by sqrt(sum x^2 + 1e-6)

@@ -56,6 +56,34 @@ enum : int {
   kHistElems = KDA_CONV_DS ? 3 * kD * kTaps : 3 * 3 * kD,
 };
 
+// A work item i splits into (row or sequence) i / H and head i % H. With the
+// hole H is a constant and the compiler folds both. Read at run time (p.heads)
+// the quotient comes from the host's multiplier p.heads_mul = ceil(2^63 / H):
+// floor(2i * heads_mul / 2^64) = floor(i / H) for every 0 <= i < 2^56 (the
+// multiplier exceeds 2^63 / H by e / H with e < H <= 128, which moves 2i *
+// heads_mul / 2^64 by less than i * e / (H * 2^63) < 1 / H), a few
+// multiply-adds where a 64-bit division by a run-time value is a subroutine
+// (docs/notes/decode-heads-ab.md).
+struct HeadSplit {
+  int heads;                    // H (head_count(p))
+  unsigned long long heads_mul;  // p.heads_mul; unused with the hole
+  __device__ __forceinline__ long long quot(long long i) const {
+#ifdef KDA_HEADS
+    return i / kHeads;
+#else
+    return static_cast<long long>(__umul64hi(static_cast<unsigned long long>(i) << 1, heads_mul));
+#endif
+  }
+  __device__ __forceinline__ int rem(long long i) const {
+#ifdef KDA_HEADS
+    return static_cast<int>(i % kHeads);
+#else
+    return static_cast<int>(i - quot(i) * heads);
+#endif
+  }
+};
+__device__ __forceinline__ HeadSplit head_split(const KdaParams& p) { return HeadSplit{head_count(p), p.heads_mul}; }
+
 // One item's inputs, copied from global memory ahead of its phase A.
 struct StagedInputs {
   __align__(16) unsigned short x[kTokens][3 * kD];  // q | k | v of token t
@@ -304,7 +332,7 @@ __device__ __forceinline__ void prefetch_item_inputs(const KdaParams& p, const W
 }
 
 // Walks this CTA's items. Work (one per op):
-//   int heads                               H (head_count(p): the grid is not per head)
+//   HeadSplit hs                            H and its multiplier (head_split(p): the grid is not per head)
 //   long long items(p)                      the launch's items
 //   int head(i)                             the head of item i
 //   void load_meta(p, i, int* m)            cp.async of item i's metadata into m (kMetaInts ints)

@@ -110,13 +110,14 @@ constexpr std::array<E, KeyField<E>::values.size()> all_values() {
 // parameter block), so keys that differ only in heads generate the same source:
 // one program, compiled once (docs/DESIGN.md, "Keys that generate one source
 // are one program"). Where reading H at run time measured slower (H100 A/B,
-// docs/notes/decode-heads-ab.md) the hole stays: every route of the single op
-// (split2 and split4 10-19% slower at 16-1024 rows, rowcta up to 7.5% at 16),
-// and the packed op's stream (its 64-bit division by H: 0.4-1.9% at N >= 16,
-// 4-6% at N = 1).
+// docs/notes/decode-heads-ab.md) the hole stays: the single op's grid routes
+// (split2 and split4 10-19% slower at 16-1024 rows, rowcta up to 7.5% at 16).
+// Route stream of both ops reads H at run time and divides by it through a
+// host-computed multiplier (KdaParams::heads_mul), where a 64-bit division
+// measured 0.4-1.9% slower at N >= 16 and 4-6% at N = 1.
 constexpr uint32_t route_bit(Route r) { return 1u << static_cast<unsigned>(r); }
 static_assert(KeyField<Route>::values.size() <= 32, "a bit per route");
-inline constexpr std::array<uint32_t, 4> kOpRoutesWithHeadsInProgram = {~0u, route_bit(Route::stream), 0u, 0u};
+inline constexpr std::array<uint32_t, 4> kOpRoutesWithHeadsInProgram = {~0u & ~route_bit(Route::stream), 0u, 0u, 0u};
 static_assert(kOpRoutesWithHeadsInProgram.size() == KeyField<Op>::values.size(), "one entry per Op");
 constexpr bool heads_in_program(Op op, Route route) {
   return (kOpRoutesWithHeadsInProgram[static_cast<size_t>(op)] & route_bit(route)) != 0;

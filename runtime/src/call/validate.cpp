@@ -494,6 +494,7 @@ KdaParams make_shared_params(const Args& a, const Sizes& sz, const Layout& lay) 
   p.norm_eps = a.norm_eps;
   p.conv_taps = static_cast<kda_i32>(sz.K);
   p.heads = static_cast<kda_i32>(sz.H);
+  p.heads_mul = kda_heads_multiplier(p.heads);
   return p;
 }
 

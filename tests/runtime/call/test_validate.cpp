@@ -329,6 +329,36 @@ void check_rules(const std::vector<Rule>& rules) {
   }
 }
 
+// Route stream splits work item i into i / H and i % H as
+// floor(2i * heads_mul / 2^64) (templates/kda_pipeline.cuh, HeadSplit). It must
+// be the exact quotient for every H in 1..128 over every item a call can have
+// (R or N up to 2^31 - 1, times H: below 2^38), here at each multiple of H near
+// the ends and at random points, one past and one before.
+TEST_CASE("validate: route stream's head multiplier divides every item index exactly", "[validate]") {
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  auto next = [&seed] {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return seed;
+  };
+  for (int32_t h = 1; h <= 128; ++h) {
+    INFO("H = " << h);
+    const uint64_t mul = kda_heads_multiplier(h), H = static_cast<uint64_t>(h);
+    CHECK(mul == ((uint64_t{1} << 63) + H - 1) / H);
+    const uint64_t end = uint64_t{128} * std::numeric_limits<int32_t>::max();
+    std::vector<uint64_t> at;
+    for (uint64_t q = 0; q < 64; ++q) at.push_back(q * H);
+    for (uint64_t q = end / H - 64; q <= end / H + 1; ++q) at.push_back(q * H);
+    for (int r = 0; r < 2000; ++r) at.push_back((next() % (end / H)) * H);
+    for (uint64_t base : at)
+      for (uint64_t i : {base, base + 1, base + H - 1, base == 0 ? 0 : base - 1}) {
+        const auto quot = static_cast<uint64_t>((static_cast<unsigned __int128>(i << 1) * mul) >> 64);
+        if (quot != i / H) FAIL_CHECK("i = " << i << ": " << quot << ", expected " << i / H);
+      }
+  }
+}
+
 TEST_CASE("validate: the baselines pass and fill the parameter block", "[validate]") {
   for (const auto& [name, cfg] : baselines()) {
     INFO("baseline " << name);
@@ -351,6 +381,7 @@ TEST_CASE("validate: the baselines pass and fill the parameter block", "[validat
     CHECK(v.shape.num_seqs == (cfg.op == Op::packed ? s.N : 0));
     CHECK(v.params.num_slots == s.S);
     CHECK(v.params.heads == cfg.heads);  // route stream's H
+    CHECK(v.params.heads_mul == kda_heads_multiplier(cfg.heads));  // and its multiplier
 
     const KdaParams& p = v.params;
     CHECK(static_cast<const void*>(p.x) == a.x.data);
