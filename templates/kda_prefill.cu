@@ -874,8 +874,11 @@ static_assert(2 * 16 * kD * 4 <= kC * kC * 4, "SS of two groups fits over M");
 // that a warp's pairs (g, 8 nt + 2q) fall in distinct banks.
 __device__ __forceinline__ int ss_index(int r, int c) { return r * kD + (c ^ ((r & 7) << 3)); }
 
-template <int kWg>
-__device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st, int vl, int grp, int sub) {
+// `after_delta()` runs after the barrier that publishes Δ^T, when W, Q̂ ∘ Γ
+// and U^T have no reader left (the next unit's first copies).
+template <int kWg, class AfterDelta>
+__device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st, int vl, int grp, int sub,
+                                                  AfterDelta after_delta) {
   enum : int { kTiles = kC / 8 / kWg, kCols = kD / 8 / kWg };
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   float* DT = reinterpret_cast<float*>(sm.base + kOffDT) + grp * 16 * kLdDT;
@@ -900,6 +903,7 @@ __device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st,
         make_float2(tf32_round(-d[j][2]), tf32_round(-d[j][3]));
   }
   __syncthreads();
+  after_delta();
   unsigned da[kC / 8][4];
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks) {
@@ -1168,15 +1172,22 @@ struct IntraSmem {
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 7) << 3)); }
 };
 // The state pass kernel's copies of a unit into the buffers step 5 reads (of
-// U^T, the CTA's value rows [vlo, vhi)); complete at the caller's
+// U^T, the CTA's value rows [vlo, vhi)), in two parts: what d and o read
+// first (W, U^T, Q̂ ∘ Γ), then the rest; complete at the caller's
 // cp_async_wait_all() and barrier.
-__device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
+__device__ __forceinline__ void load_unit_first(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
   unit_load_async(sm.W(), reinterpret_cast<const float*>(unit + kUnitW), kC, kD, kLdW);
   unit_load_async(sm.UT() + vlo * kLdT, reinterpret_cast<const float*>(unit + kUnitUT) + vlo * kC, vhi - vlo, kC, kLdT);
   unit_load_async(sm.Qg(), reinterpret_cast<const float*>(unit + kUnitQg), kC, kD, kLdW);
+}
+__device__ __forceinline__ void load_unit_rest(const Smem& sm, const unsigned char* unit) {
   unit_load_async(sm.KdT(), reinterpret_cast<const float*>(unit + kUnitKdT), kD, kC, kLdT);
   unit_load_async(sm.A(), reinterpret_cast<const float*>(unit + kUnitA), kC, kC, kLdT);
   unit_load_async(sm.gammaC(), reinterpret_cast<const float*>(unit + kUnitGammaC), 1, kD, kD);
+}
+__device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
+  load_unit_first(sm, unit, vlo, vhi);
+  load_unit_rest(sm, unit);
 }
 
 // Whether sequence n computes its rows (a well-formed, non-empty range and a
@@ -1307,16 +1318,26 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
     }
-    if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub);
-    else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub);
+    // Route twopass: the next chunk's unit, when it holds that chunk. At P = 4
+    // or 8 its first part is copied as soon as step 5 has published Δ^T.
+    const unsigned char* next = nullptr;
+    if constexpr (kTwopass) {
+      const long long u = unit_base(p, n) + c0 / kC + 1;
+      if (c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1)) next = unit_ptr(p, u, h);
+    }
+    const auto first_part = [&] {
+      if (next != nullptr) load_unit_first(sm, next, vlo, vhi);
+    };
+    if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
+    else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
     else if (state_warp) state_pass(sm, st);
     __syncthreads();
     if constexpr (kTwopass) {
       if (wg > 1) state_reload(sm, st, grp);
       // Step 5 is done with the buffers the next unit fills; the output reads none of them.
-      const long long u = unit_base(p, n) + c0 / kC + 1;
-      loaded = c0 + kC < len && unit_holds(p, u, h, n, c0 / kC + 1);
-      if (loaded) load_unit_async(sm, unit_ptr(p, u, h), vlo, vhi);
+      loaded = next != nullptr;
+      if (loaded && wg > 1) load_unit_rest(sm, next);
+      else if (loaded) load_unit_async(sm, next, vlo, vhi);
       plain_output(p, sm, h, 0, vlo, vhi, row0, L);
     } else if constexpr (kChunk) {
       plain_output(p, sm, h, v0, 0, kVRows, row0, L);
