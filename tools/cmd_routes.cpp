@@ -56,8 +56,15 @@ void add_routes_command(CLI::App& app) {
                      {"eligibility", r.eligibility},
                      {"technique", r.technique}});
       // A route that launches a kernel before its own (twopass): that kernel's name per op.
-      if (r.pre_grid != nullptr)
+      if (r.pre_grid != nullptr) {
         arr.back()["pre_entry"] = {{"prefill", pre_entry_name(Op::prefill)}, {"chunk", pre_entry_name(Op::chunk)}};
+        KernelKey k;
+        k.op = Op::prefill;
+        k.tokens = kPrefillChunk;
+        k.route = r.route;
+        arr.back()["pre_dynamic_smem_bytes"] = r.pre_dynamic_smem_bytes(k);
+        arr.back()["pre_ctas_per_sm"] = kTwopassIntraCtasPerSm;
+      }
       // And one after its own (twopass, prefill op: the norm kernel).
       if (r.post_grid != nullptr) arr.back()["post_entry"] = {{"prefill", post_entry_name(Op::prefill)}};
     }
@@ -90,6 +97,10 @@ void add_routes_command(CLI::App& app) {
         fmt::print("{:<11} shared-memory state stages: {}\n", "", fmt::format("{}", fmt::join(stages, " ")));
       if (!chunk.empty())
         fmt::print("{:<11} chunk buffers (dynamic shared memory): {}\n", "", fmt::format("{}", fmt::join(chunk, " ")));
+      if (r.contains("pre_dynamic_smem_bytes"))
+        fmt::print("{:<11} first kernel ({}): {} KiB of dynamic shared memory, {} CTAs per SM\n", "",
+                   r["pre_entry"]["prefill"].get<std::string>(), r["pre_dynamic_smem_bytes"].get<uint32_t>() / 1024,
+                   r["pre_ctas_per_sm"].get<int>());
     }
   });
 }

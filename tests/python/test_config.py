@@ -217,16 +217,13 @@ class Prewarm(unittest.TestCase):
             for d in ("f32", "bf16"):
                 want.update(kdajit.keys_for(h, op="packed", tokens=2, state_dtype=d, arch="sm_90"))
         self.assertEqual({r.key for r in results}, want)
-        # The packed op's rowcta and split routes read H at run time: H 1 and 2 of
-        # such a family are one program, one compiled and the other made from its
-        # cubin (reported as cached: nothing compiled). Route stream keeps H in
-        # its program: each of its keys is compiled.
-        per_head = {k for k in want if ".route_stream." in k}
-        shared = want - per_head
-        self.assertTrue(per_head and shared, want)
+        # Every route of the packed op reads H at run time: H 1 and 2 of a family
+        # are one program, one compiled and the other made from its cubin
+        # (reported as cached: nothing compiled).
+        self.assertTrue(any(".route_stream." in k for k in want), want)
         statuses = sorted(r.status for r in results)
-        self.assertEqual(statuses.count("compiled"), len(shared) // 2 + len(per_head), results)
-        self.assertEqual(statuses.count("cached"), len(shared) // 2, results)
+        self.assertEqual(statuses.count("compiled"), len(want) // 2, results)
+        self.assertEqual(statuses.count("cached"), len(want) // 2, results)
 
     def test_bad_key_names_raise(self):
         with self.assertRaises(ValueError):

@@ -287,6 +287,9 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
   CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["prefill"] == "kda_prefill_intra");
   CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_entry"]["chunk"] == "kda_chunk_intra");
   CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("pre_entry"));
+  CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_dynamic_smem_bytes"] == kTwopassIntraSmemBytes);
+  CHECK(routes[static_cast<size_t>(Route::twopass)]["pre_ctas_per_sm"] == 2);
+  CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("pre_dynamic_smem_bytes"));
   CHECK(routes[static_cast<size_t>(Route::twopass)]["post_entry"] == json{{"prefill", "kda_prefill_norm"}});
   CHECK_FALSE(routes[static_cast<size_t>(Route::split8)].contains("post_entry"));
   CHECK(routes[0]["entry"]["prefill"] == "kda_prefill");
@@ -295,6 +298,8 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
   CHECK(table.out.find("shared-memory state stages: packed.bf16=2 (64 KiB)") != std::string::npos);
   CHECK(table.out.find("chunk buffers (dynamic shared memory): chunk.bf16=227 KiB chunk.f32=227 KiB prefill.bf16=227 "
                        "KiB prefill.f32=227 KiB") != std::string::npos);
+  CHECK(table.out.find("first kernel (kda_prefill_intra): 112 KiB of dynamic shared memory, 2 CTAs per SM") !=
+        std::string::npos);
 }
 
 TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
