@@ -108,7 +108,8 @@ enum : int {
   kOffNormW = kOffGammaC + kD * 4,             // f32 [kD]: norm_weight
   kOffWarpSum = kOffNormW + kD * 4,            // f32 [kSWarps][kC]: each warp's Σ ob² per token
   kOffClusterSum = kOffWarpSum + kSWarps * kC * 4,  // f32 [2][kSplit][kC]: each rank's Σ ob², by chunk parity
-  kSmemBytes = kOffClusterSum + 2 * kSplit * kC * 4,
+  kOffUnitBar = kOffClusterSum + 2 * kSplit * kC * 4,  // u64: the mbarrier of route twopass's unit copies
+  kSmemBytes = kOffUnitBar + 8,
 };
 static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
 static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
@@ -144,6 +145,7 @@ struct Smem {
   __device__ void put_w(int t, int c, float x) const { W()[t * kLdW + c] = x; }
   __device__ void put_ut(int v, int t, float x) const { UT()[v * kLdT + t] = x; }
   __device__ int t_at(int r, int c) const { return r * kLdT + c; }  // (I + M)^-1 element (r, c)
+  __device__ unsigned long long* unit_bar() const { return reinterpret_cast<unsigned long long*>(base + kOffUnitBar); }
 };
 
 // ---- tensor cores: mma.sync m16n8k8, tf32 operands, f32 accumulators ----
@@ -1095,15 +1097,6 @@ __device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int 
   return tag[0] == n && tag[1] == j;
 }
 
-// Rows x cols f32 in a unit's dense rows -> row stride ld (16-byte aligned rows).
-__device__ __forceinline__ void unit_load_async(float* dst, const float* src, int rows, int cols, int ld) {
-  const int per_row = cols / 4;
-  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
-    const int r = i / per_row, c = 4 * (i % per_row);
-    cp_async_16(dst + r * ld + c, src + r * cols + c);
-  }
-}
-
 // The intra-chunk kernel's shared memory: only what steps 1-4 read (115,456
 // bytes: two CTAs per SM). What step 5 reads goes to the unit from the
 // registers that compute it (put_*), so region 1 never holds W and U^T and
@@ -1172,18 +1165,35 @@ struct IntraSmem {
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 7) << 3)); }
 };
 // The state pass kernel's copies of a unit into the buffers step 5 reads (of
-// U^T, the CTA's value rows [vlo, vhi)), in two parts: what d and o read
-// first (W, U^T, Q̂ ∘ Γ), then the rest; complete at the caller's
-// cp_async_wait_all() and barrier.
+// U^T, the CTA's value rows [vlo, vhi)), by the bulk copy engine, a row per
+// thread, in two parts: what d and o read first (W, U^T, Q̂ ∘ Γ), then the
+// rest. Both complete one phase of sm.unit_bar(), whose bytes the first part
+// announces; every thread of the CTA calls both parts, after the barrier that
+// ends the buffers' last reads (each issuing thread orders those reads before
+// its copy with a proxy fence).
+static_assert(2 * kC + kD <= kThreads && kD + kC + 1 <= kThreads, "one row of a part per thread");
+__device__ __forceinline__ unsigned unit_copy_bytes(int vlo, int vhi) {
+  return (2 * kC * kD + kD * kC + kC * kC + kD + (vhi - vlo) * kC) * 4;
+}
+__device__ __forceinline__ void unit_row_copy(float* dst, const unsigned char* unit, int off, int cols,
+                                              unsigned long long* bar) {
+  fence_proxy_async();
+  bulk_copy_to_smem(dst, unit + off, cols * 4, bar);
+}
 __device__ __forceinline__ void load_unit_first(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
-  unit_load_async(sm.W(), reinterpret_cast<const float*>(unit + kUnitW), kC, kD, kLdW);
-  unit_load_async(sm.UT() + vlo * kLdT, reinterpret_cast<const float*>(unit + kUnitUT) + vlo * kC, vhi - vlo, kC, kLdT);
-  unit_load_async(sm.Qg(), reinterpret_cast<const float*>(unit + kUnitQg), kC, kD, kLdW);
+  unsigned long long* bar = sm.unit_bar();
+  if (threadIdx.x == 0) mbar_arrive_expect_tx(bar, unit_copy_bytes(vlo, vhi));
+  const int r = threadIdx.x, rows = vhi - vlo;  // W's rows, U^T's rows [vlo, vhi), Q̂ ∘ Γ's
+  if (r < kC) unit_row_copy(sm.W() + r * kLdW, unit, kUnitW + r * kD * 4, kD, bar);
+  else if (r < kC + rows) unit_row_copy(sm.UT() + (vlo + r - kC) * kLdT, unit, kUnitUT + (vlo + r - kC) * kC * 4, kC, bar);
+  else if (r < 2 * kC + rows) unit_row_copy(sm.Qg() + (r - kC - rows) * kLdW, unit, kUnitQg + (r - kC - rows) * kD * 4, kD, bar);
 }
 __device__ __forceinline__ void load_unit_rest(const Smem& sm, const unsigned char* unit) {
-  unit_load_async(sm.KdT(), reinterpret_cast<const float*>(unit + kUnitKdT), kD, kC, kLdT);
-  unit_load_async(sm.A(), reinterpret_cast<const float*>(unit + kUnitA), kC, kC, kLdT);
-  unit_load_async(sm.gammaC(), reinterpret_cast<const float*>(unit + kUnitGammaC), 1, kD, kD);
+  unsigned long long* bar = sm.unit_bar();
+  const int r = threadIdx.x;  // KdT's rows, A's, Γ_C
+  if (r < kD) unit_row_copy(sm.KdT() + r * kLdT, unit, kUnitKdT + r * kC * 4, kC, bar);
+  else if (r < kD + kC) unit_row_copy(sm.A() + (r - kD) * kLdT, unit, kUnitA + (r - kD) * kC * 4, kC, bar);
+  else if (r == kD + kC) unit_row_copy(sm.gammaC(), unit, kUnitGammaC, kD, bar);
 }
 __device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
   load_unit_first(sm, unit, vlo, vhi);
@@ -1297,9 +1307,18 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
 
   int parity = 0;
   // Route twopass: whether the current chunk's unit holds it (its copy then
-  // already issued, during the previous chunk's output).
+  // already issued, during the previous chunk's output), and the parity of
+  // the unit copies' next phase. The mbarrier starts afresh for each
+  // sequence: no copy of the previous one is in flight (its last chunk had
+  // none, and every thread has passed the barrier after it).
   bool loaded = false;
+  unsigned unit_phase = 0;
   if constexpr (kTwopass) {
+    if (threadIdx.x == 0) {
+      mbar_init(sm.unit_bar());
+      mbar_init_fence();
+    }
+    __syncthreads();
     loaded = len > 0 && unit_holds(p, unit_base(p, n), h, n, 0);
     if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h), vlo, vhi);
   }
@@ -1313,10 +1332,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       if (u < unit_count(p)) prefetch_l2(unit_ptr(p, u, h), kUnitBytes);
     }
     if (kTwopass && loaded) {
-      cp_async_wait_all();
-      __syncthreads();
+      mbar_wait(sm.unit_bar(), unit_phase);  // this thread sees every byte of the unit
+      unit_phase ^= 1;
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
+      // A later unit's bulk copies overwrite what this thread just wrote:
+      // ordered before them by this fence and the barriers in between.
+      if constexpr (kTwopass) fence_proxy_async();
     }
     // Route twopass: the next chunk's unit, when it holds that chunk. At P = 4
     // or 8 its first part is copied as soon as step 5 has published Δ^T.

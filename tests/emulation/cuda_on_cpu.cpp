@@ -25,6 +25,24 @@ struct Run {
   long long cluster_done = 0;  // phases every fiber has arrived at
   // Arrivals and exits: a scheduler round that adds none is a deadlock.
   long long events = 0;
+  // The mbarriers, by address: arrivals still to come, transaction bytes
+  // still to count (negative while copies land before their expect_tx), the
+  // current phase's parity.
+  struct Mbar {
+    unsigned arrivals = 0, pending = 0, phase = 0;
+    long long tx = 0;
+  };
+  std::map<const void*, Mbar> mbars;
+  // Bulk copies issued and not yet landed: each lands at the start of a later
+  // scheduler round, at random (or when every thread waits), so that a read
+  // before the wait for its phase sees the buffer's old bytes.
+  struct Copy {
+    void* dst;
+    const void* src;
+    unsigned bytes;
+    Mbar* bar;
+  };
+  std::vector<Copy> copies;
 };
 Run* g_run = nullptr;
 
@@ -187,6 +205,73 @@ void* cluster_peer(void* local, int rank) {
   return g_run->ctas[static_cast<size_t>(rank)].smem.data() + off;
 }
 
+namespace {
+// The mbarrier at `bar`, which must lie in the calling CTA's shared memory.
+Run::Mbar& mbar(void* bar, bool create = false) {
+  Cta& me = *current()->cta;
+  const auto* b = static_cast<unsigned char*>(bar);
+  if (b < me.smem.data() || b + 8 > me.smem.data() + me.smem.size() || reinterpret_cast<uintptr_t>(b) % 8 != 0)
+    fatal("an mbarrier outside this CTA's shared memory, or not 8-byte aligned");
+  const auto it = g_run->mbars.find(bar);
+  if (it == g_run->mbars.end() && !create) fatal("an mbarrier used before mbarrier.init");
+  return create ? g_run->mbars[bar] : it->second;
+}
+void mbar_complete_if_done(Run::Mbar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    m.phase ^= 1;
+    m.pending = m.arrivals;
+    ++g_run->events;
+  }
+}
+// Lands the pending copies for which `pick` says so.
+template <class Pick>
+void land_copies(Run& run, Pick pick) {
+  std::vector<Run::Copy> left;
+  for (const Run::Copy& c : run.copies) {
+    if (!pick()) {
+      left.push_back(c);
+      continue;
+    }
+    std::memcpy(c.dst, c.src, c.bytes);
+    c.bar->tx -= c.bytes;
+    ++run.events;
+    mbar_complete_if_done(*c.bar);
+  }
+  run.copies = std::move(left);
+}
+}  // namespace
+
+void mbar_init(void* bar, unsigned arrivals) {
+  if (arrivals == 0) fatal("mbarrier.init with no arrivals");
+  Run::Mbar& m = mbar(bar, true);
+  for (const Run::Copy& c : g_run->copies)
+    if (c.bar == &m) fatal("mbarrier.init while a bulk copy on it is in flight");
+  m = Run::Mbar{arrivals, arrivals, 0, 0};
+}
+
+void mbar_arrive_expect_tx(void* bar, unsigned bytes) {
+  Run::Mbar& m = mbar(bar);
+  if (m.pending == 0) fatal("an mbarrier arrival past the phase's count");
+  m.tx += bytes;
+  --m.pending;
+  ++g_run->events;
+  mbar_complete_if_done(m);
+}
+
+void mbar_wait(void* bar, unsigned parity) {
+  while (mbar(bar).phase == (parity & 1)) yield();
+}
+
+void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
+  Cta& me = *current()->cta;
+  const auto* d = static_cast<unsigned char*>(dst);
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    fatal("a bulk copy whose size or addresses are not multiples of 16");
+  if (d < me.smem.data() || d + bytes > me.smem.data() + me.smem.size())
+    fatal("a bulk copy outside this CTA's shared memory");
+  g_run->copies.push_back({dst, src, bytes, &mbar(bar)});
+}
+
 void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, unsigned z, int cluster, int threads,
                  size_t smem_bytes, unsigned char poison) {
   // An SM's shared memory is at most 228 KiB; the bound also tells the
@@ -231,6 +316,7 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
   for (bool running = true; running;) {
     running = false;
     bool any_held = false;
+    land_copies(run, [&] { return shuffle() % 2 == 0; });
     const long long events = run.events;
     std::shuffle(order.begin(), order.end(), shuffle);
     for (size_t w = 0; w < warps; ++w) held[w] = shuffle() % 4 == 0;
@@ -245,9 +331,15 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
       run.cur = &f;
       swapcontext(&run.scheduler, &f.ctx);
     }
-    if (running && run.events == events && !any_held)
+    if (running && run.events == events && !any_held) {
+      if (!run.copies.empty()) {  // every thread waits on copies still in flight: they land now
+        land_copies(run, [] { return true; });
+        continue;
+      }
       fatal("every live thread waits and none can go on (a barrier some threads skip)");
+    }
   }
+  if (!run.copies.empty()) fatal("a bulk copy still in flight when every thread has exited");
   g_run = nullptr;
 }
 

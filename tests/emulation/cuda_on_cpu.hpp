@@ -1,8 +1,8 @@
 // The CUDA device code of the prefill template (templates/kda_prefill.cu, both
 // ops) on the CPU, for the emulation tests: every thread of a CTA is a fiber
 // (ucontext) of one host thread, scheduled until it waits, so that
-// __syncthreads, the warp shuffles, mma.sync and the cluster barrier are
-// ordinary waits. A cluster's CTAs run together, each with its own shared
+// __syncthreads, the warp shuffles, mma.sync, the cluster barrier and the
+// mbarrier are ordinary waits. A cluster's CTAs run together, each with its own shared
 // memory, which a store to a peer rank reaches. emulate_source.py rewrites the
 // generated kernel source (kdajit show) onto the names below: each inline PTX
 // statement the template uses becomes a call here.
@@ -87,6 +87,14 @@ void cluster_arrive();
 void cluster_wait();
 // The byte of `local` (this CTA's shared memory) in the CTA of `rank`.
 void* cluster_peer(void* local, int rank);
+// A CTA-local mbarrier (at `bar` in its shared memory): a phase completes when
+// its arrivals have come and its transaction bytes are all counted. A copy by
+// the bulk copy engine lands at the start of a later scheduler round, at
+// random, and then counts its bytes.
+void mbar_init(void* bar, unsigned arrivals);
+void mbar_arrive_expect_tx(void* bar, unsigned bytes);
+void mbar_wait(void* bar, unsigned parity);
+void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar);
 unsigned char* dynamic_smem();
 // A PTX statement the rewrite does not know, reached: ends the process with its text.
 [[noreturn]] void unsupported(const char* ptx);

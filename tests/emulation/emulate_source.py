@@ -33,6 +33,13 @@ REWRITES = [
     ("cp.async.wait_all", ""),
     # An L2 prefetch (route twopass's next unit): a hint, nothing to do.
     ("cp.async.bulk.prefetch.L2", "(void)lo; (void)hi;"),
+    # Route twopass's unit copies by the bulk copy engine, on an mbarrier.
+    ("cp.async.bulk.shared::cluster.global.mbarrier", "::kdajit::emu::bulk_copy(dst, src, bytes, bar);"),
+    ("mbarrier.init.shared::cta.b64", "::kdajit::emu::mbar_init(bar, arrivals);"),
+    ("fence.mbarrier_init", ""),
+    ("mbarrier.arrive.expect_tx.shared::cta.b64 _,", "::kdajit::emu::mbar_arrive_expect_tx(bar, bytes);"),
+    ("mbarrier.try_wait.parity.shared::cta.b64", "::kdajit::emu::mbar_wait(bar, parity);"),
+    ("fence.proxy.async.shared::cta", ""),
 ]
 
 
