@@ -122,7 +122,7 @@ class Eager(unittest.TestCase):
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_a_workspace_lets_the_selector_pick_twopass(self):
-        # One sequence past 1024 tokens at H = 2 with a workspace of prefill_workspace_bytes: the
+        # A sequence of 128 tokens or more (1100) at H = 2 with a workspace of prefill_workspace_bytes: the
         # two-kernel route, against the reference, twice on the same (at first NaN) workspace.
         H, lengths = 2, [1100, 40]
         ws = torch.full((kdajit.prefill_workspace_bytes(2, 1140, H),), 0xFF, dtype=torch.uint8, device=DEV)

@@ -78,8 +78,8 @@ class Eager(unittest.TestCase):
 
     @unittest.skipIf(FAKE, NEEDS_CUDA)
     def test_a_workspace_lets_the_selector_pick_twopass(self):
-        # One prompt past 1024 tokens at H = 2: with a workspace of prefill_workspace_bytes the selector
-        # picks the two-kernel route, which must match the reference; a workspace one byte short, or none,
+        # A prompt of 128 tokens or more (1100) at H = 2: with a workspace of prefill_workspace_bytes the
+        # selector picks the two-kernel route, which must match the reference; a workspace one byte short, or none,
         # keeps a fused route. The workspace starts as NaN bytes and is reused by the second call.
         H, lengths = 2, [1100, 40]
         size = kdajit.prefill_workspace_bytes(len(lengths), sum(lengths), H)

@@ -75,10 +75,11 @@ TEST_CASE("prewarm --sm-count compiles every key the selector picks for the pres
             continue;
           }
           if (family.op == Op::prefill) {
-            // b sequences, the longest of each length band (short, the split
-            // threshold, long), with and without a workspace (route twopass).
+            // b sequences, the longest at each length band's edges (twopass's
+            // and the split's thresholds, long), with and without a workspace
+            // (route twopass).
             call.num_seqs = b;
-            for (int64_t longest : {1, 1023, 1024, 65536})
+            for (int64_t longest : {1, 127, 128, 1023, 1024, 65536})
               for (bool workspace : {false, true}) {
                 call.rows = b * longest;
                 call.max_seq_len = longest;

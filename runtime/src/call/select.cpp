@@ -20,20 +20,24 @@ namespace {
 // without one): every route computes every length, the hint only picks the
 // faster one.
 //
-// twopass, for a call that brings its workspace, where the fused routes leave
-// most SMs idle (N x H at most half the SMs) on a prompt of 1024 tokens or
-// more: its intra-chunk kernel spreads every chunk over the SMs and its state
-// pass walks the chunks at a fraction of a fused chunk's time. Not yet measured
-// on the H200 (docs/DESIGN.md, "Route twopass", says what decides it): a call
+// twopass, for every call that brings its workspace and whose longest prompt
+// has 128 tokens or more: its intra-chunk kernel (two CTAs per SM) runs every
+// chunk at once and its state pass walks the chunks at a fraction of a fused
+// chunk's time, so it beats rowcta and split4 on full grids too. Measured on
+// an H100 at dfb6cde (every route forced; docs/PERFORMANCE.md, "The prefill
+// selector"), twopass against the best other route: 0.94-0.96 at 128 x 128
+// tokens, 0.79-0.83 at 16 x 1024, 0.77-0.80 at 8 x 2048, 0.75-0.76 at
+// 4 x 8192 (H = 32, 64), 0.85-0.90 at 64 prompts of 100-2000 tokens,
+// 0.17-0.83 at one or two prompts; at 256 x 64 it is 6-7% slower. A call
 // without a workspace never takes it.
+constexpr int64_t kPrefillTwopassMinLength = 128;
 constexpr int64_t kPrefillSplitMinLength = 1024;
 
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
   const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
   const int64_t x = std::max<int64_t>(call.num_seqs, 1) * call.family.heads;
-  const RouteSpec& twopass = route_spec(Route::twopass);
-  if (longest >= kPrefillSplitMinLength && 2 * x <= sms && twopass.eligible(call, device)) return Route::twopass;
+  if (longest >= kPrefillTwopassMinLength && route_spec(Route::twopass).eligible(call, device)) return Route::twopass;
   const RouteSpec& split4 = route_spec(Route::split4);
   if (longest >= kPrefillSplitMinLength && x * split4.cluster <= sms && split4.eligible(call, device))
     return Route::split4;
@@ -123,11 +127,12 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   call.family = family;
   const bool prefill = chunked(family.op);
   if (prefill) {
-    // The pick depends on N, H, the SMs, whether the longest prompt reaches
-    // kPrefillSplitMinLength and whether the call brings a workspace: one
-    // short and one long length per N, with and without one, covers it.
+    // The pick depends on N, H, the SMs, which of kPrefillTwopassMinLength
+    // and kPrefillSplitMinLength the longest prompt reaches and whether the
+    // call brings a workspace: one length per band and N, with and without
+    // one, covers it.
     for (size_t b = 1; b <= n; ++b)
-      for (int64_t longest : {int64_t{1}, kPrefillSplitMinLength})
+      for (int64_t longest : {int64_t{1}, kPrefillTwopassMinLength, kPrefillSplitMinLength})
         for (bool workspace : {false, true}) {
           call.num_seqs = static_cast<int64_t>(b);
           call.rows = call.num_seqs * longest;

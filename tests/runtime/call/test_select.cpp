@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
+#include "kdajit/routes.hpp"
 #include "kdajit/runtime/call/select.hpp"
 #include "kdajit/runtime/tune/tune_table.hpp"
 
@@ -68,6 +69,28 @@ TEST_CASE("select: the prefill band", "[select][prefill]") {
         CHECK(route_spec(r).serves(Op::prefill));
         CHECK(route_spec(r).eligible(c, h200));
       }
+}
+
+TEST_CASE("select: twopass for a call with a workspace and a prompt of 128 tokens or more", "[select][prefill]") {
+  const DeviceTraits h200{Arch::sm_90, 132};
+  const auto ws = [](CallShape c) {
+    c.workspace_bytes = twopass_workspace_bytes(c.num_seqs, c.rows, c.family.heads);
+    return c;
+  };
+  CHECK(builtin_route(ws(prefill(16, 1, 16384, 16384)), h200) == Route::twopass);  // few long prompts
+  CHECK(builtin_route(ws(prefill(64, 8, 16384, 2048)), h200) == Route::twopass);   // a full grid
+  CHECK(builtin_route(ws(prefill(16, 64, 74979, 1981)), h200) == Route::twopass);  // a serving mix
+  CHECK(builtin_route(ws(prefill(16, 256, 256 * 128, 128)), h200) == Route::twopass);
+  CHECK(builtin_route(ws(prefill(16, 256, 256 * 127, 127)), h200) == Route::rowcta);  // below 128 tokens
+  CHECK(builtin_route(ws(prefill(16, 1, 16384, 100)), h200) == Route::rowcta);        // the hint decides
+  CHECK(builtin_route(ws(prefill(16, 1, 16384, 0)), h200) == Route::twopass);         // no hint: T_total
+  // A workspace one byte short is none: the band without twopass.
+  CallShape short_ws = ws(prefill(16, 1, 16384, 16384));
+  short_ws.workspace_bytes -= 1;
+  CHECK(builtin_route(short_ws, h200) == Route::split4);
+  short_ws = ws(prefill(64, 8, 16384, 2048));
+  short_ws.workspace_bytes -= 1;
+  CHECK(builtin_route(short_ws, h200) == Route::rowcta);
 }
 
 TEST_CASE("select: the chunk op takes the prefill band", "[select][chunk]") {
@@ -130,18 +153,19 @@ TEST_CASE("select: prewarm's route uses of a prefill family are the routes some 
     }
     return out;
   };
-  // H = 16 on 132 SMs: rowcta at every N (short prompts), split4 while 4 x N x 16 <= 132,
-  // twopass (a call with a workspace) while 2 x N x 16 <= 132.
+  // H = 16 on 132 SMs: rowcta at every N (short prompts, or no workspace),
+  // split4 while 4 x N x 16 <= 132 (no workspace), twopass at every N (a call
+  // with a workspace and a prompt of 128 tokens or more).
   const auto h16 = uses_of(16, 132);
   CHECK(h16.size() == 3);
   CHECK(h16.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
   CHECK(h16.at(Route::split4) == std::vector<std::pair<int64_t, int64_t>>{{1, 2}});
-  CHECK(h16.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 4}});
-  // H = 64: 4 x 64 > 132, rowcta and (N = 1) twopass.
+  CHECK(h16.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+  // H = 64: 4 x 64 > 132, rowcta and twopass.
   const auto h64 = uses_of(64, 132);
   CHECK(h64.size() == 2);
-  CHECK(h64.count(Route::rowcta) == 1);
-  CHECK(h64.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 1}});
+  CHECK(h64.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+  CHECK(h64.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
   for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
 }
 
