@@ -297,8 +297,9 @@ std::string meta_number(const nlohmann::json& meta, const char* field) {
 }
 
 // Keys with the same build hash are one program (the prefill op's head
-// counts): the first key of each program, preferring one already in the cache,
-// then the others, which the process's copy of that program serves (obtain()).
+// counts): the first key of each program, preferring one already in the cache
+// (the chunked ops' programs first, then route stream's, then the rest), then
+// the others, which the process's copy of that program serves (obtain()).
 // Keys whose hash cannot be formed go first and report their error there.
 // Sets each row's hash where it can be formed.
 std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCache& cache, std::vector<Row>& rows,
@@ -328,6 +329,15 @@ std::pair<std::vector<size_t>, std::vector<size_t>> program_order(const KernelCa
   }
   for (size_t i = 0; i < rows.size(); ++i)
     if (!hashes[i].empty()) (first.at(hashes[i]) == i ? firsts : rest).push_back(i);
+  // The longest compiles first, so that the workers finish together instead
+  // of one of them compiling a prefill program alone at the end: a prefill or
+  // chunk program takes 3-5 s of CPU, a decode program of route stream about
+  // twice the others' (docs/PERFORMANCE.md, "Compile and cache").
+  const auto tier = [&](size_t i) {
+    const KernelKey& k = rows[i].key;
+    return hashes[i].empty() ? 0 : chunked(k.op) ? 1 : k.route == Route::stream ? 2 : 3;
+  };
+  std::stable_sort(firsts.begin(), firsts.end(), [&](size_t a, size_t b) { return tier(a) < tier(b); });
   return {firsts, rest};
 }
 
