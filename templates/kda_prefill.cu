@@ -138,7 +138,7 @@ struct Smem {
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   __device__ void put_qg(int t, int k, float x) const { Qg()[t * kLdW + k] = x; }
-  __device__ void put_kdt(int k, int t, float x) const { KdT()[k * kLdT + t] = x; }
+  __device__ void put_kdt4(int k, int t0, float4 x) const { *reinterpret_cast<float4*>(KdT() + k * kLdT + t0) = x; }
   __device__ void publish_kdt() const {}
   __device__ void put_gamma_c(int k, float x) const { gammaC()[k] = x; }
   __device__ void put_a(int t, int s, float x) const { A()[t * kLdT + s] = x; }
@@ -179,6 +179,26 @@ __device__ __forceinline__ void mma_b(const float* row, int q, unsigned& b0, uns
   b1 = __float_as_uint(v.y);
 }
 
+// ---- the prefill kernels' exponentials ----
+// e^x as ex2.approx.ftz of x log2(e): __expf's approximation without the
+// scaling around it that keeps a result below 2^-126 as a denormal (here it
+// is zero). Every exponential the prefill kernels form is a decay factor
+// (<= 1 or bounded, DESIGN "Prefill") or a sigmoid term, where such a result
+// changes no rounded output: at most 2^-126 of a sum. The sigmoid divides by
+// the approximate reciprocal, as kda_primitives' sigmoid does.
+__device__ __forceinline__ float exp_ftz(float x) {
+  const float t = x * 1.4426950408889634f;
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float sigmoid_ftz(float x) { return rcp_ftz(1.0f + exp_ftz(-x)); }
+
 // Log decay gv (§2 step 4) of the gate logit g = raw_gate + dt_bias: <= 0.
 __device__ __forceinline__ float gate_log(float g, float A, float lower_bound) {
 #if KDA_GATE_SOFTPLUS
@@ -203,54 +223,87 @@ __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int 
 }
 
 // Step 1: conv + SiLU of the CTA's channels over chunk rows row0 .. row0 +
-// L - 1 (rows past L give zeros). The work is (channel, segment of kSeg
-// tokens) tasks spread evenly over the threads; a task reads its three
-// history inputs itself (earlier rows of the sequence, or the slot's taps
-// before its first token, or zeros without an initial state), so no window
-// is carried between chunks, and it issues all its loads before the first use.
-enum : int { kSeg = 32, kConvTasks = kChans * (kC / kSeg) };
-template <class S>
-__device__ __forceinline__ void conv_chunk(const KdaParams& p, const S& sm, int h, int v0, long long q0,
-                                           long long c0, int L, bool initial, long long cbase) {
-  for (int task = threadIdx.x; task < kConvTasks; task += kThreads) {
-    const int c = task % kChans, ts = task / kChans * kSeg;
+// L - 1 (rows past L give zeros). The work is (group of kCh adjacent
+// channels, segment of kSeg tokens) tasks spread evenly over the threads; a
+// task reads its three history inputs itself (earlier rows of the sequence,
+// or the slot's taps before its first token, or zeros without an initial
+// state), so no window is carried between chunks, and it issues all its
+// loads before the first use. With kCh = 2 a load, a conversion and a shared
+// store serve both channels; conv_chunk takes it when x allows 4-byte loads
+// of a channel pair and a row stride below 2^24 elements (32-bit offsets),
+// which every contiguous x does, and one channel per task otherwise.
+enum : int { kSeg = 16 };
+template <int kCh> struct ConvWord { using Type = unsigned short; };  // kCh bf16 inputs of one row
+template <> struct ConvWord<2> { using Type = unsigned; };
+template <int kCh, class Stride, class S>
+__device__ __forceinline__ void conv_tasks(const KdaParams& p, const S& sm, int h, int v0, long long q0, long long c0,
+                                           int L, bool initial, long long cbase, Stride stride) {
+  enum : int { kGroups = kChans / kCh, kTasks = kGroups * (kC / kSeg) };
+  static_assert(kChans % kCh == 0 && kD % kCh == 0 && kVRows % kCh == 0, "a channel group lies in one of q, k, v");
+  using Word = typename ConvWord<kCh>::Type;
+  for (int task = threadIdx.x; task < kTasks; task += kThreads) {
+    const int c = task % kGroups * kCh, ts = task / kGroups * kSeg;
     const int hc = head_channel(c, v0);
     const int j = hc / kD, d = hc % kD;
-    const int col = j * grid_hidden() + h * kD + d;  // channel of x and conv_state
-    const unsigned short* xcol = p.x + col;
-    float w[kW];
+    const int col = j * grid_hidden() + h * kD + d;  // first channel of x and conv_state
+    const unsigned short* xseg = p.x + (q0 + c0) * p.x_row_stride + col;  // the chunk's first row
+    float w[kW][kCh];
 #pragma unroll
-    for (int i = 0; i < kW; ++i) w[i] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d];
-    unsigned short hist[3], xb[kSeg];
+    for (int i = 0; i < kW; ++i)
 #pragma unroll
-    for (int i = 0; i < 3; ++i) {
-      const long long tok = c0 + ts - 3 + i;  // token index in the sequence
-      // A segment past the chunk's last row (ts >= L) writes only zeros: its
-      // history reads stay inside the sequence, at its last row.
-      if (tok >= 0) hist[i] = xcol[(q0 + (tok < c0 + L ? tok : c0 + L - 1)) * p.x_row_stride];
-      else hist[i] = initial ? p.conv_state[cbase + conv_offset(p, col, static_cast<int>(tok + 3))] : 0;
-    }
+      for (int e = 0; e < kCh; ++e) w[i][e] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d + e];
+    // Inputs ts - 3 .. ts + kSeg - 1 of the chunk; a row past L reads row L - 1
+    // (a segment past the chunk's end writes only zeros), a row before the
+    // sequence the slot's taps.
+    Word xw[kSeg + 3];
 #pragma unroll
-    for (int i = 0; i < kSeg; ++i) {
-      const int t = ts + i < L ? ts + i : L - 1;
-      xb[i] = xcol[(q0 + c0 + t) * p.x_row_stride];
+    for (int i = 0; i < kSeg + 3; ++i) {
+      const int t = ts - 3 + i < L - 1 ? ts - 3 + i : L - 1;
+      if (i < 3 && c0 + t < 0) {
+        Word v = 0;
+        if (initial)
+#pragma unroll
+          for (int e = 0; e < kCh; ++e)
+            v |= static_cast<Word>(p.conv_state[cbase + conv_offset(p, col + e, static_cast<int>(c0 + t + 3))]) << 16 * e;
+        xw[i] = v;
+      } else {
+        xw[i] = *reinterpret_cast<const Word*>(xseg + t * stride);
+      }
     }
     unsigned short* dst = j == 0 ? sm.mq() + d : j == 1 ? sm.mk() + d : sm.mv() + (d - v0);
     const int ld = j == 2 ? kVRows : kD;
-    float h0 = bf16_to_f32(hist[0]), h1 = bf16_to_f32(hist[1]), h2 = bf16_to_f32(hist[2]);
+    float x[kSeg + 3][kCh];
+#pragma unroll
+    for (int i = 0; i < kSeg + 3; ++i)
+#pragma unroll
+      for (int e = 0; e < kCh; ++e) x[i][e] = bf16_to_f32(static_cast<unsigned short>(xw[i] >> 16 * e));
 #pragma unroll
     for (int i = 0; i < kSeg; ++i) {
-      const float xt = bf16_to_f32(xb[i]);
-      float a = w[0] * h0;
-      a = fmaf(w[1], h1, a);
-      a = fmaf(w[2], h2, a);
-      a = fmaf(w[3], xt, a);
-      dst[(ts + i) * ld] = ts + i < L ? f32_to_bf16(a * sigmoid(a)) : 0;
-      h0 = h1;
-      h1 = h2;
-      h2 = xt;
+      float y[kCh];
+#pragma unroll
+      for (int e = 0; e < kCh; ++e) {
+        float a = w[0][e] * x[i][e];
+        a = fmaf(w[1][e], x[i + 1][e], a);
+        a = fmaf(w[2][e], x[i + 2][e], a);
+        a = fmaf(w[3][e], x[i + 3][e], a);
+        y[e] = a * sigmoid_ftz(a);
+      }
+      const bool in = ts + i < L;
+      if constexpr (kCh == 2) {
+        *reinterpret_cast<unsigned*>(dst + (ts + i) * ld) = in ? pack_bf16x2(y[0], y[1]) : 0u;
+      } else {
+        dst[(ts + i) * ld] = in ? f32_to_bf16(y[0]) : static_cast<unsigned short>(0);
+      }
     }
   }
+}
+template <class S>
+__device__ __forceinline__ void conv_chunk(const KdaParams& p, const S& sm, int h, int v0, long long q0,
+                                           long long c0, int L, bool initial, long long cbase) {
+  const bool pairs = (reinterpret_cast<unsigned long long>(p.x) & 3) == 0 && (p.x_row_stride & 1) == 0 &&
+                     p.x_row_stride < (1 << 24);
+  if (pairs) conv_tasks<2>(p, sm, h, v0, q0, c0, L, initial, cbase, static_cast<int>(p.x_row_stride));
+  else conv_tasks<1>(p, sm, h, v0, q0, c0, L, initial, cbase, p.x_row_stride);
 }
 
 // After a sequence's last chunk: the last 3 inputs of each channel to taps
@@ -385,17 +438,28 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
   }
 }
 
-// Step 2: Qg, KdT and Γ_C.
+// Step 2: Qg, KdT and Γ_C. Thread (k, half) takes column k of tokens
+// t0 .. t0 + 3 for t0 = 4 half, + 8, ..: one 16-byte store of KdT each.
 template <class S>
 __device__ __forceinline__ void scaled_operands(const S& sm) {
   const float* G = sm.G();
-  for (int i = threadIdx.x; i < kC * kD; i += kThreads) {
-    const int t = i / kD, k = i % kD;
-    const float g = G[i], gl = G[(kC - 1) * kD + k];
-    sm.put_qg(t, k, tf32_round(bf16_to_f32(sm.mq()[i]) * sm.rq()[t] * __expf(g)));
-    sm.put_kdt(k, t, tf32_round(bf16_to_f32(sm.mk()[i]) * sm.rk()[t] * __expf(gl - g)));
+  const int k = threadIdx.x & (kD - 1);
+  const float gl = G[(kC - 1) * kD + k];
+  for (int t0 = threadIdx.x / kD * 4; t0 < kC; t0 += kThreads / kD * 4) {
+    const float4 rq4 = *reinterpret_cast<const float4*>(sm.rq() + t0);
+    const float4 rk4 = *reinterpret_cast<const float4*>(sm.rk() + t0);
+    const float rq[4] = {rq4.x, rq4.y, rq4.z, rq4.w}, rk[4] = {rk4.x, rk4.y, rk4.z, rk4.w};
+    float kd[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = (t0 + e) * kD + k;
+      const float g = G[i];
+      sm.put_qg(t0 + e, k, tf32_round(bf16_to_f32(sm.mq()[i]) * rq[e] * exp_ftz(g)));
+      kd[e] = tf32_round(bf16_to_f32(sm.mk()[i]) * rk[e] * exp_ftz(gl - g));
+    }
+    sm.put_kdt4(k, t0, make_float4(kd[0], kd[1], kd[2], kd[3]));
   }
-  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, __expf(G[(kC - 1) * kD + threadIdx.x]));
+  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, exp_ftz(G[(kC - 1) * kD + threadIdx.x]));
 }
 
 // Step 3 for a strong decay, diagonal blocks: pairs (t, s) of one sub-chunk,
@@ -422,7 +486,7 @@ __device__ __forceinline__ void diagonal_blocks(const S& sm) {
       float a = 0.f, m = 0.f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float e = ks[i] * __expf(gtv[i] - gsv[i]);
+        const float e = ks[i] * exp_ftz(gtv[i] - gsv[i]);
         a = fmaf(qt[i], e, a);
         m = fmaf(kt[i], e, m);
       }
@@ -485,8 +549,8 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, const 
     const int k = 8 * kk + 2 * q;
     const float2 r = pair_f32(R, k);
     const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
-    const float e00 = __expf(g0.x - r.x), e01 = __expf(g0.y - r.y);
-    const float e10 = __expf(g1.x - r.x), e11 = __expf(g1.y - r.y);
+    const float e00 = exp_ftz(g0.x - r.x), e01 = exp_ftz(g0.y - r.y);
+    const float e10 = exp_ftz(g1.x - r.x), e11 = exp_ftz(g1.y - r.y);
     const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
     const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
     const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
@@ -498,8 +562,8 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, const 
       const int s = kSub * j + 8 * nt + g;
       const unsigned sw = pair_bf16(mk + s * kD, k);
       const float2 gs = pair_f32(G + s * kD, k);
-      const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * __expf(r.x - gs.x));
-      const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * __expf(r.y - gs.y));
+      const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * exp_ftz(r.x - gs.x));
+      const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * exp_ftz(r.y - gs.y));
       mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
       mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
     }
@@ -541,15 +605,50 @@ __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   }
 }
 
-// Step 4a: T = (I + M)^-1, lower triangular, in 16 x 16 blocks: the diagonal
-// blocks by forward substitution (one column per thread), then the blocks
-// below them diagonal by diagonal, T_ij = -T_ii Σ_{j<=m<i} M_im T_mj, with
-// the partial sum kept in T's unused block (j, i) above the diagonal.
+// Step 4a: T = (I + M)^-1, lower triangular, in 16 x 16 blocks by the block
+// formula [[A, 0], [C, B]]^-1 = [[A^-1, 0], [-B^-1 C A^-1, B^-1]]: the
+// diagonal blocks by forward substitution (one column per thread), then the
+// 32 x 32 halves' lower-left blocks, then the lower-left 32 x 32 quarter. A
+// product that is not yet a block of T goes to T's unused block above the
+// diagonal at the transposed position. Block products run on the CUDA cores
+// in f32 (block_product: a lane holds rows of one column).
+// acc[e] += Σ_k X(row r0 + e of block row xi, column k of block column xm) T(16 ya + k, 16 yb + c),
+// X = T (kXT) or M, c = lane % 16.
+template <bool kXT, int kRows, class S>
+__device__ __forceinline__ void block_product(const S& sm, float (&acc)[kRows], int r0, int xi, int xm, int ya, int yb) {
+  const int c = threadIdx.x & 15;
+  const float* T = sm.T();
+  const float* M = sm.M();
+#pragma unroll
+  for (int kq = 0; kq < kSub; kq += 4) {
+    float y[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) y[kk] = T[sm.t_at(kSub * ya + kq + kk, kSub * yb + c)];
+#pragma unroll
+    for (int e = 0; e < kRows; ++e) {
+      const int row = kSub * xi + r0 + e, col = kSub * xm + kq;
+      const float4 x = *reinterpret_cast<const float4*>(kXT ? T + sm.t_at(row, col) : M + row * kC + col);
+      acc[e] = fmaf(x.x, y[0], acc[e]);
+      acc[e] = fmaf(x.y, y[1], acc[e]);
+      acc[e] = fmaf(x.z, y[2], acc[e]);
+      acc[e] = fmaf(x.w, y[3], acc[e]);
+    }
+  }
+}
+template <int kRows, class S>
+__device__ __forceinline__ void block_put(const S& sm, const float (&acc)[kRows], int r0, int i, int j, float sign) {
+  const int c = threadIdx.x & 15;
+#pragma unroll
+  for (int e = 0; e < kRows; ++e) sm.T()[sm.t_at(kSub * i + r0 + e, kSub * j + c)] = sign * acc[e];
+}
 template <class S>
 __device__ __forceinline__ void invert(const S& sm) {
+  static_assert(kSubs == 4 && kWarps == 8, "the block formula below is written for 4 x 4 blocks on 8 warps");
   float* T = sm.T();
   const float* M = sm.M();
-  if (threadIdx.x < kC) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp < 2) {
+    // Diagonal blocks 2w and 2w + 1 (lanes 0-15 and 16-31, a column each) ...
     const int base = threadIdx.x / kSub * kSub, c = threadIdx.x % kSub;
     float x[kSub];
 #pragma unroll
@@ -561,27 +660,28 @@ __device__ __forceinline__ void invert(const S& sm) {
     }
 #pragma unroll
     for (int t = 0; t < kSub; ++t) T[sm.t_at(base + t, base + c)] = x[t];
+    __syncwarp();
+    // ... then T_ij = -T_ii M_ij T_jj for (i, j) = (2w + 1, 2w), M_ij T_jj in block (j, i).
+    const int i = 2 * warp + 1, j = 2 * warp, r0 = (lane >> 4) * 8;
+    float p[8] = {}, q[8] = {};
+    block_product<false>(sm, p, r0, i, j, j, j);
+    block_put(sm, p, r0, j, i, 1.f);
+    __syncwarp();
+    block_product<true>(sm, q, r0, i, i, j, i);
+    block_put(sm, q, r0, i, j, -1.f);
   }
   __syncthreads();
-  for (int d = 1; d < kSubs; ++d) {
-    const int elems = (kSubs - d) * kSub * kSub;
-    for (int e = threadIdx.x; e < elems; e += kThreads) {
-      const int i = d + e / (kSub * kSub), r = e / kSub % kSub, c = e % kSub, j = i - d;
-      float acc = 0.f;
-      for (int m = kSub * j; m < kSub * i; ++m) acc = fmaf(M[(kSub * i + r) * kC + m], T[sm.t_at(m, kSub * j + c)], acc);
-      T[sm.t_at(kSub * j + r, kSub * i + c)] = acc;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < elems; e += kThreads) {
-      const int i = d + e / (kSub * kSub), r = e / kSub % kSub, c = e % kSub, j = i - d;
-      float acc = 0.f;
-#pragma unroll
-      for (int m = 0; m < kSub; ++m)
-        acc = fmaf(T[sm.t_at(kSub * i + r, kSub * i + m)], T[sm.t_at(kSub * j + m, kSub * i + c)], acc);
-      T[sm.t_at(kSub * i + r, kSub * j + c)] = -acc;
-    }
-    __syncthreads();
-  }
+  // The lower-left quarter, block (r, b) for r = 2, 3 and b = 0, 1 on warps
+  // 2 (r - 2) + b and + 4 (rows 0-7 and 8-15 of the block): first
+  // X_rb = Σ_{m=b}^{1} M_rm T_mb into block (b, r), then T_rb = -Σ_{m=2}^{r} T_rm X_mb.
+  const int r = 2 + (warp >> 1 & 1), b = warp & 1, r0 = (warp >> 2) * 8 + (lane >> 4) * 4;
+  float p[4] = {}, q[4] = {};
+  for (int m = b; m < 2; ++m) block_product<false>(sm, p, r0, r, m, m, b);
+  block_put(sm, p, r0, b, r, 1.f);
+  __syncthreads();
+  for (int m = 2; m <= r; ++m) block_product<true>(sm, q, r0, r, m, b, m);
+  block_put(sm, q, r0, r, b, -1.f);
+  __syncthreads();
 }
 
 // Step 4b: [W | U] = T [diag(β) (K̂ ∘ Γ) | diag(β) V] on the tensor cores.
@@ -610,8 +710,8 @@ __device__ __forceinline__ void apply_inverse(const S& sm) {
       const int c = 8 * (warp + kWarps * j) + g;
       float v0 = 0.f, v1 = 0.f;
       if (c < kD) {
-        v0 = ks0 * bf16_to_f32(sm.mk()[s0 * kD + c]) * __expf(G[s0 * kD + c]);
-        v1 = ks1 * bf16_to_f32(sm.mk()[(s0 + 1) * kD + c]) * __expf(G[(s0 + 1) * kD + c]);
+        v0 = ks0 * bf16_to_f32(sm.mk()[s0 * kD + c]) * exp_ftz(G[s0 * kD + c]);
+        v1 = ks1 * bf16_to_f32(sm.mk()[(s0 + 1) * kD + c]) * exp_ftz(G[(s0 + 1) * kD + c]);
       } else if (c < kSolveCols) {
         v0 = bs0 * bf16_to_f32(sm.mv()[s0 * kVRows + c - kD]);
         v1 = bs1 * bf16_to_f32(sm.mv()[(s0 + 1) * kVRows + c - kD]);
@@ -1000,7 +1100,7 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 #pragma unroll
       for (int r = 0; r < kSplit; ++r) tot += csum[r * kC + t];
       const float rs = rsqrtf(tot * (1.0f / kD) + p.norm_eps);
-      const float y = bf16_to_f32(sm.ob()[t * kLdOb + vv]) * rs * sm.normw()[v0 + vv] * sigmoid(bf16_to_f32(ogb[j]));
+      const float y = bf16_to_f32(sm.ob()[t * kLdOb + vv]) * rs * sm.normw()[v0 + vv] * sigmoid_ftz(bf16_to_f32(ogb[j]));
       p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = f32_to_bf16(y);
     }
   }
@@ -1111,7 +1211,7 @@ enum : int {
   kIOffG = kIOffMv + kC * kVRows * 2,     // f32 [kC][kD]: cumulative log decay
   kIOffM = kIOffG + kC * kD * 4,          // f32 [kC][kC]: M (strictly lower)
   kIOffT = kIOffM + kC * kC * 4,          // f32 [kC][kC]: (I + M)^-1, element (r, c) at t_at(r, c)
-  kIOffKdT = kIOffM,                      // step 2: f32 [kD][kC] over M and T, element (k, t) at k kC + (t ^ (k & 31))
+  kIOffKdT = kIOffM,                      // step 2: f32 [kD][kC] over M and T, element (k, t) at kdt_at(k, t)
   kIOffRq = kIOffT + kC * kC * 4,         // f32 [kC]: q scale
   kIOffRk = kIOffRq + kC * 4,             // f32 [kC]: k scale
   kIOffBeta = kIOffRk + kC * 4,           // f32 [kC]: β
@@ -1137,22 +1237,21 @@ struct IntraSmem {
   static constexpr bool kSolvedInRegion1 = false;
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[t * kD + k] = x; }
-  __device__ void put_kdt(int k, int t, float x) const {
-    reinterpret_cast<float*>(base + kIOffKdT)[k * kC + (t ^ (k & 31))] = x;
+  // Logical columns t0 .. t0 + 3 (t0 a multiple of 4) of scratch row k are
+  // the float4 at t0 ^ 4 (k % 8): the 8 rows a quarter-warp stores (and the
+  // 8 float4 of a row it reads) fall in distinct banks.
+  __device__ int kdt_at(int k, int t0) const { return k * kC + (t0 ^ ((k & 7) << 2)); }
+  __device__ void put_kdt4(int k, int t0, float4 x) const {
+    *reinterpret_cast<float4*>(reinterpret_cast<float*>(base + kIOffKdT) + kdt_at(k, t0)) = x;
   }
-  // The scratch to the unit's rows (between two barriers): logical columns
-  // t .. t + 3 (t a multiple of 4) of row k are the float4 at t ^ (k & 28),
-  // element e at e ^ (k & 3).
+  // The scratch to the unit's rows (between two barriers).
   __device__ void publish_kdt() const {
-    __syncthreads();  // every put_kdt is in the scratch
+    __syncthreads();  // every put_kdt4 is in the scratch
     const float* src = reinterpret_cast<const float*>(base + kIOffKdT);
     float* dst = out(kUnitKdT);
     for (int i = threadIdx.x; i < kD * kC / 4; i += kThreads) {
       const int k = i / (kC / 4), t = 4 * (i % (kC / 4));
-      float4 v = *reinterpret_cast<const float4*>(src + k * kC + (t ^ (k & 28)));
-      if (k & 1) v = make_float4(v.y, v.x, v.w, v.z);
-      if (k & 2) v = make_float4(v.z, v.w, v.x, v.y);
-      *reinterpret_cast<float4*>(dst + k * kC + t) = v;
+      *reinterpret_cast<float4*>(dst + k * kC + t) = *reinterpret_cast<const float4*>(src + kdt_at(k, t));
     }
     __syncthreads();  // the scratch is free for M and T
   }
@@ -1418,7 +1517,7 @@ __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
       const float rs = rsqrtf(warp_sum(o[0] * o[0] + o[1] * o[1] + o[2] * o[2] + o[3] * o[3]) * (1.0f / kD) + p.norm_eps);
       float y[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) y[i] = o[i] * rs * w[i] * sigmoid(g[i]);
+      for (int i = 0; i < 4; ++i) y[i] = o[i] * rs * w[i] * sigmoid_ftz(g[i]);
       if (vec) {
         *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
       } else {

@@ -136,6 +136,8 @@ float shfl_xor(float v, int off) {
   return w.f[b][lane ^ off];
 }
 
+void warp_sync() { warp_arrive_wait(my_warp()); }
+
 // Fragments (lane = 4 g + q): A a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4);
 // B b0 (k q, n g), b1 (k q+4, n g); C c0 (g, 2q), c1 (g, 2q+1), c2 (g+8, 2q), c3 (g+8, 2q+1).
 void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {

@@ -79,6 +79,7 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
 // ---- what the rewritten source calls ----
 int barrier_and(int pred);
 float shfl_xor(float v, int off);
+void warp_sync();  // __syncwarp(): the 32 lanes of the caller's warp meet
 void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);
 unsigned tf32_rna(float x);
 unsigned short bf16_rn(float x);
@@ -122,6 +123,7 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline void __syncthreads() { ::kdajit::emu::barrier_and(1); }
 inline int __syncthreads_and(int p) { return ::kdajit::emu::barrier_and(p); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return ::kdajit::emu::shfl_xor(v, off); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::kdajit::emu::warp_sync(); }
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);

@@ -18,6 +18,9 @@ REWRITES = [
     ("cvt.rn.bf16x2.f32", "r = static_cast<unsigned>(::kdajit::emu::bf16_rn(lo)) | "
                           "(static_cast<unsigned>(::kdajit::emu::bf16_rn(hi)) << 16);"),
     ("cvt.rn.bf16.f32", "r = ::kdajit::emu::bf16_rn(f);"),
+    # The prefill kernels' exp_ftz and rcp_ftz (the hardware's approximations; here exact).
+    ("ex2.approx.ftz.f32", "y = std::exp2(t);"),
+    ("rcp.approx.ftz.f32", "y = 1.0f / x;"),
     ("griddepcontrol.", ""),
     ("ld.global.u16", "v = *src;"),
     ("@p st.shared.u16", "if (when) *dst = v;"),
