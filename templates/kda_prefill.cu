@@ -1487,7 +1487,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
 // window (CTA n % gridDim.y), after the intra-chunk kernel and the state pass
 // kernel's steps 1-4 have read it. Any query_start_loc: it walks the
 // sequences as the state pass kernel does.
+// The norm kernel's sequences are read kNormStage at a time into shared
+// memory (query_start_loc and the slots, one coalesced load a thread), so
+// the walk over every sequence that each CTA makes costs shared-memory reads,
+// not one dependent global load per sequence.
+enum : int { kNormStage = kThreads };
 __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
+  __shared__ int qsl[kNormStage + 1], slots[kNormStage];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, v = 4 * lane;
   const bool vec = ((reinterpret_cast<unsigned long long>(p.output) |
                      reinterpret_cast<unsigned long long>(p.output_gate) |
@@ -1498,37 +1504,50 @@ __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) w[i] = p.norm_weight[v + i];
   const long long step = static_cast<long long>(gridDim.y) * kWarps;
-  for (int n = 0; n < p.num_seqs; ++n) {
-    const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
-    const int slot = p.state_indices[n];
-    if (!sequence_live(p, q0, q1, slot)) continue;
-    for (long long r = q0 + static_cast<long long>(blockIdx.y) * kWarps + warp; r < q1; r += step) {
-      kda_bf16_bits* out = p.output + r * p.out_row_stride + h * kD + v;
-      const kda_bf16_bits* og = p.output_gate + r * p.ogate_row_stride + h * kD + v;
-      float o[4], g[4];
-      if (vec) {
-        const U2 a = *reinterpret_cast<const U2*>(out), b = *reinterpret_cast<const U2*>(og);
-        o[0] = bf16lo_to_f32(a.x), o[1] = bf16hi_to_f32(a.x), o[2] = bf16lo_to_f32(a.y), o[3] = bf16hi_to_f32(a.y);
-        g[0] = bf16lo_to_f32(b.x), g[1] = bf16hi_to_f32(b.x), g[2] = bf16lo_to_f32(b.y), g[3] = bf16hi_to_f32(b.y);
-      } else {
+  int owner = 0;  // the CTA that writes sequence n's conv window: n mod gridDim.y
+  for (int n0 = 0; n0 < p.num_seqs; n0 += kNormStage) {
+    const int count = p.num_seqs - n0 < kNormStage ? p.num_seqs - n0 : kNormStage;
+    __syncthreads();  // the previous stage's reads are done
+    if (static_cast<int>(threadIdx.x) <= count) qsl[threadIdx.x] = p.query_start_loc[n0 + threadIdx.x];
+    if (static_cast<int>(threadIdx.x) < count) slots[threadIdx.x] = p.state_indices[n0 + threadIdx.x];
+    if (threadIdx.x == 0 && count == kNormStage) qsl[kNormStage] = p.query_start_loc[n0 + kNormStage];
+    __syncthreads();
+    for (int i = 0; i < count; ++i) {
+      const int n = n0 + i;
+      const int q0 = qsl[i], q1 = qsl[i + 1];
+      const int slot = slots[i];
+      const bool window = owner == static_cast<int>(blockIdx.y);
+      if (++owner == static_cast<int>(gridDim.y)) owner = 0;
+      if (!sequence_live(p, q0, q1, slot)) continue;
+      for (long long r = q0 + static_cast<long long>(blockIdx.y) * kWarps + warp; r < q1; r += step) {
+        kda_bf16_bits* out = p.output + r * p.out_row_stride + h * kD + v;
+        const kda_bf16_bits* og = p.output_gate + r * p.ogate_row_stride + h * kD + v;
+        float o[4], g[4];
+        if (vec) {
+          const U2 a = *reinterpret_cast<const U2*>(out), b = *reinterpret_cast<const U2*>(og);
+          o[0] = bf16lo_to_f32(a.x), o[1] = bf16hi_to_f32(a.x), o[2] = bf16lo_to_f32(a.y), o[3] = bf16hi_to_f32(a.y);
+          g[0] = bf16lo_to_f32(b.x), g[1] = bf16hi_to_f32(b.x), g[2] = bf16lo_to_f32(b.y), g[3] = bf16hi_to_f32(b.y);
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o[i] = bf16_to_f32(out[i]), g[i] = bf16_to_f32(og[i]);
+          for (int e = 0; e < 4; ++e) o[e] = bf16_to_f32(out[e]), g[e] = bf16_to_f32(og[e]);
+        }
+        const float rs =
+            rsqrtf(warp_sum(o[0] * o[0] + o[1] * o[1] + o[2] * o[2] + o[3] * o[3]) * (1.0f / kD) + p.norm_eps);
+        float y[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[e] = o[e] * rs * w[e] * sigmoid_ftz(g[e]);
+        if (vec) {
+          *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[e] = f32_to_bf16(y[e]);
+        }
       }
-      const float rs = rsqrtf(warp_sum(o[0] * o[0] + o[1] * o[1] + o[2] * o[2] + o[3] * o[3]) * (1.0f / kD) + p.norm_eps);
-      float y[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) y[i] = o[i] * rs * w[i] * sigmoid_ftz(g[i]);
-      if (vec) {
-        *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) out[i] = f32_to_bf16(y[i]);
+      if (window) {
+        const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+        conv_state_out(p, h, 0, 0, q0, static_cast<long long>(q1) - q0, initial,
+                       static_cast<long long>(slot) * p.conv_slot_stride);
       }
-    }
-    if (static_cast<long long>(blockIdx.y) == n % static_cast<long long>(gridDim.y)) {
-      const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
-      conv_state_out(p, h, 0, 0, q0, static_cast<long long>(q1) - q0, initial,
-                     static_cast<long long>(slot) * p.conv_slot_stride);
     }
   }
 }

@@ -29,7 +29,10 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) alignas(n)
-#define __shared__
+// A kernel's static shared arrays (the prefill norm kernel's, launched
+// without a cluster) are one per process: the emulation runs the CTAs of
+// such a launch one at a time.
+#define __shared__ static
 
 namespace kdajit::emu {
 

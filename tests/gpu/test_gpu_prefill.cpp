@@ -419,6 +419,17 @@ TEST_CASE("prefill: has_initial_state empty (every sequence starts from its slot
   check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
+TEST_CASE("prefill: 600 short sequences (the norm kernel reads them 256 at a time), rowcta and twopass",
+          "[gpu][prefill]") {
+  PrefillSpec s = ragged_spec(4, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 6150);
+  s.seqs.clear();
+  for (int n = 0; n < 600; ++n) {
+    const Slot slot = n % 97 == 5 ? Slot::null : n % 89 == 7 ? Slot::oob : Slot::live;
+    s.seqs.push_back({1 + (n * 37) % 140, slot, n % 3 != 0});
+  }
+  check_routes(s, {"rowcta", "twopass"});
+}
+
 TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "[gpu][prefill]") {
   for (auto cv : {KDAJIT_CONV_SD, KDAJIT_CONV_DS}) {
     PrefillSpec s = ragged_spec(16, KDAJIT_DTYPE_BF16, cv, KDAJIT_GATE_SOFTPLUS, 6200 + cv);
