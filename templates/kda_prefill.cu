@@ -1190,6 +1190,9 @@ __device__ __forceinline__ long long unit_base(const KdaParams& p, int n) {
 __device__ __forceinline__ unsigned char* unit_ptr(const KdaParams& p, long long u, int h) {
   return p.workspace + (u * gridDim.x + h) * static_cast<long long>(kUnitBytes);
 }
+// Bytes 8..11 of unit 0 of head 0: the call's flag, set when the state pass
+// kernel computes a chunk whose unit does not hold it (norm_rows).
+__device__ __forceinline__ int* twopass_flag(const KdaParams& p) { return reinterpret_cast<int*>(p.workspace) + 2; }
 // Whether unit u of head h holds chunk j of sequence n (read by every thread).
 __device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int h, int n, long long j) {
   if (u < 0 || u >= unit_count(p)) return false;
@@ -1341,6 +1344,7 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* s
       int* tag = reinterpret_cast<int*>(unit);
       tag[0] = n;
       tag[1] = n >= 0 ? static_cast<int>(j) : -1;
+      if (u == 0 && h == 0) tag[2] = 0;  // the call's flag (norm_rows): no chunk without its unit yet
     }
     __syncthreads();  // every thread is done with this unit's buffers
   }
@@ -1435,9 +1439,12 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       unit_phase ^= 1;
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
-      // A later unit's bulk copies overwrite what this thread just wrote:
-      // ordered before them by this fence and the barriers in between.
-      if constexpr (kTwopass) fence_proxy_async();
+      if constexpr (kTwopass) {
+        // A later unit's bulk copies overwrite what this thread just wrote:
+        // ordered before them by this fence and the barriers in between.
+        fence_proxy_async();
+        if (threadIdx.x == 0) *twopass_flag(p) = 1;  // a chunk without its unit: the norm kernel walks
+      }
     }
     // Route twopass: the next chunk's unit, when it holds that chunk. At P = 4
     // or 8 its first part is copied as soon as step 5 has published Δ^T.
@@ -1481,20 +1488,71 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
 // Route twopass, prefill op: the norm kernel. The state pass kernel stored
 // round_bf16(o) of every live sequence's rows (plain_output); this kernel, in
 // stream order after it, turns each such row of head h into y = o / sqrt(mean
-// o² + eps) * w * σ(gate) (step 6 for every row at once: one warp per row,
-// lane l on values 4 l .. 4 l + 3, rows q0 + blockIdx.y * 8 + warp + k *
-// gridDim.y * 8 of each live sequence), and writes each live sequence's conv
-// window (CTA n % gridDim.y), after the intra-chunk kernel and the state pass
-// kernel's steps 1-4 have read it. Any query_start_loc: it walks the
-// sequences as the state pass kernel does.
-// The norm kernel's sequences are read kNormStage at a time into shared
-// memory (query_start_loc and the slots, one coalesced load a thread), so
-// the walk over every sequence that each CTA makes costs shared-memory reads,
-// not one dependent global load per sequence.
-enum : int { kNormStage = kThreads };
+// o² + eps) * w * σ(gate) (step 6 for every row at once, a warp per row, lane
+// l on values 4 l .. 4 l + 3), and writes each live sequence's conv window,
+// after the intra-chunk kernel and the state pass kernel's steps 1-4 have
+// read it. Its grid is the intra-chunk kernel's: CTA y takes units y, y +
+// gridDim.y, .., and each unit's tag (written by the intra-chunk kernel of
+// this call) names the chunk (n, j) whose rows it normalizes, warp w its rows
+// w, w + 8, ..; the CTA holding a sequence's last chunk writes its window.
+// That covers every live sequence's rows exactly when every chunk has its
+// unit. When one has not (a query_start_loc that is not non-decreasing), the
+// state pass kernel sets the call's flag (unit 0 of head 0, bytes 8..11, which
+// the intra-chunk kernel clears) and this kernel walks the sequences instead:
+// CTA y takes rows q0 + 8 y + w + 8 k gridDim.y of each live sequence and the
+// window of sequences n = y mod gridDim.y, the sequences read kNormStage at a
+// time into shared memory.
+enum : int { kNormStage = kThreads, kNormBatch = 4 };
+// Rows r, r + step, .. below r1 of head h on one warp, the loads of
+// kNormBatch rows issued before the first is used.
+__device__ __forceinline__ void norm_warp_rows(const KdaParams& p, int h, long long r, long long r1, long long step,
+                                               const float (&w)[4], bool vec) {
+  const int v = 4 * (threadIdx.x & 31);
+  for (; r < r1; r += kNormBatch * step) {
+    float o[kNormBatch][4], g[kNormBatch][4];
+#pragma unroll
+    for (int b = 0; b < kNormBatch; ++b) {
+      const long long rb = r + b * step < r1 ? r + b * step : r;  // past r1: row r again, not stored
+      const kda_bf16_bits* out = p.output + rb * p.out_row_stride + h * kD + v;
+      const kda_bf16_bits* og = p.output_gate + rb * p.ogate_row_stride + h * kD + v;
+      if (vec) {
+        const U2 a = *reinterpret_cast<const U2*>(out), c = *reinterpret_cast<const U2*>(og);
+        o[b][0] = bf16lo_to_f32(a.x), o[b][1] = bf16hi_to_f32(a.x), o[b][2] = bf16lo_to_f32(a.y),
+        o[b][3] = bf16hi_to_f32(a.y);
+        g[b][0] = bf16lo_to_f32(c.x), g[b][1] = bf16hi_to_f32(c.x), g[b][2] = bf16lo_to_f32(c.y),
+        g[b][3] = bf16hi_to_f32(c.y);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[b][e] = bf16_to_f32(out[e]), g[b][e] = bf16_to_f32(og[e]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kNormBatch; ++b) {
+      if (r + b * step >= r1) break;  // the same for every lane
+      kda_bf16_bits* out = p.output + (r + b * step) * p.out_row_stride + h * kD + v;
+      const float rs = rsqrtf(
+          warp_sum(o[b][0] * o[b][0] + o[b][1] * o[b][1] + o[b][2] * o[b][2] + o[b][3] * o[b][3]) * (1.0f / kD) +
+          p.norm_eps);
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y[e] = o[b][e] * rs * w[e] * sigmoid_ftz(g[b][e]);
+      if (vec) {
+        *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[e] = f32_to_bf16(y[e]);
+      }
+    }
+  }
+}
+__device__ __forceinline__ void norm_window(const KdaParams& p, int h, int n, int q0, int q1, int slot) {
+  const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  conv_state_out(p, h, 0, 0, q0, static_cast<long long>(q1) - q0, initial,
+                 static_cast<long long>(slot) * p.conv_slot_stride);
+}
 __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
   __shared__ int qsl[kNormStage + 1], slots[kNormStage];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, v = 4 * lane;
+  const int warp = threadIdx.x >> 5, v = 4 * (threadIdx.x & 31);
   const bool vec = ((reinterpret_cast<unsigned long long>(p.output) |
                      reinterpret_cast<unsigned long long>(p.output_gate) |
                      static_cast<unsigned long long>(p.out_row_stride) * 2 |
@@ -1503,6 +1561,19 @@ __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
   float w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) w[i] = p.norm_weight[v + i];
+  if (*twopass_flag(p) == 0) {
+    const long long units = unit_count(p);
+    for (long long u = blockIdx.y; u < units; u += gridDim.y) {
+      const int* tag = reinterpret_cast<const int*>(unit_ptr(p, u, h));
+      const int n = tag[0];
+      if (n < 0) continue;  // the tag is the same for every thread
+      const int q0 = p.query_start_loc[n], q1 = p.query_start_loc[n + 1];
+      const long long r0 = q0 + static_cast<long long>(tag[1]) * kC, r1 = r0 + kC < q1 ? r0 + kC : q1;
+      norm_warp_rows(p, h, r0 + warp, r1, kWarps, w, vec);
+      if (r1 == q1) norm_window(p, h, n, q0, q1, p.state_indices[n]);
+    }
+    return;
+  }
   const long long step = static_cast<long long>(gridDim.y) * kWarps;
   int owner = 0;  // the CTA that writes sequence n's conv window: n mod gridDim.y
   for (int n0 = 0; n0 < p.num_seqs; n0 += kNormStage) {
@@ -1519,35 +1590,8 @@ __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
       const bool window = owner == static_cast<int>(blockIdx.y);
       if (++owner == static_cast<int>(gridDim.y)) owner = 0;
       if (!sequence_live(p, q0, q1, slot)) continue;
-      for (long long r = q0 + static_cast<long long>(blockIdx.y) * kWarps + warp; r < q1; r += step) {
-        kda_bf16_bits* out = p.output + r * p.out_row_stride + h * kD + v;
-        const kda_bf16_bits* og = p.output_gate + r * p.ogate_row_stride + h * kD + v;
-        float o[4], g[4];
-        if (vec) {
-          const U2 a = *reinterpret_cast<const U2*>(out), b = *reinterpret_cast<const U2*>(og);
-          o[0] = bf16lo_to_f32(a.x), o[1] = bf16hi_to_f32(a.x), o[2] = bf16lo_to_f32(a.y), o[3] = bf16hi_to_f32(a.y);
-          g[0] = bf16lo_to_f32(b.x), g[1] = bf16hi_to_f32(b.x), g[2] = bf16lo_to_f32(b.y), g[3] = bf16hi_to_f32(b.y);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[e] = bf16_to_f32(out[e]), g[e] = bf16_to_f32(og[e]);
-        }
-        const float rs =
-            rsqrtf(warp_sum(o[0] * o[0] + o[1] * o[1] + o[2] * o[2] + o[3] * o[3]) * (1.0f / kD) + p.norm_eps);
-        float y[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[e] = o[e] * rs * w[e] * sigmoid_ftz(g[e]);
-        if (vec) {
-          *reinterpret_cast<U2*>(out) = U2{pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3])};
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) out[e] = f32_to_bf16(y[e]);
-        }
-      }
-      if (window) {
-        const bool initial = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
-        conv_state_out(p, h, 0, 0, q0, static_cast<long long>(q1) - q0, initial,
-                       static_cast<long long>(slot) * p.conv_slot_stride);
-      }
+      norm_warp_rows(p, h, q0 + static_cast<long long>(blockIdx.y) * kWarps + warp, q1, step, w, vec);
+      if (window) norm_window(p, h, n, q0, q1, slot);
     }
   }
 }

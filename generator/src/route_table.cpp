@@ -109,23 +109,27 @@ LaunchGrid op_grid(const CallShape& c, const DeviceTraits& d) {
   else return chunked(c.family.op) ? split_grid<P>(c, d) : F(c, d);
 }
 
-// Route twopass: the call's workspace holds every chunk's unit.
+// Route twopass: rows to compute, and the call's workspace holds every
+// chunk's unit (with T_total = 0 it holds none, while the N units of the
+// sequences would still take their tags).
 bool has_workspace(const CallShape& c, const DeviceTraits&) {
-  return c.workspace_bytes >= twopass_workspace_bytes(c.num_seqs, c.rows, c.family.heads);
+  return c.rows > 0 && c.workspace_bytes >= twopass_workspace_bytes(c.num_seqs, c.rows, c.family.heads);
 }
 constexpr std::string_view kHasWorkspace =
-    "the call's workspace holds (N + ceil(T_total / 64)) x H x 148096 bytes (kdajit_prefill_workspace_bytes)";
+    "T_total > 0 and the call's workspace holds (N + ceil(T_total / 64)) x H x 148096 bytes "
+    "(kdajit_prefill_workspace_bytes)";
 // Its intra-chunk kernel: one CTA per (head, unit), the units past 65535 by a loop.
 LaunchGrid twopass_pre_grid(const CallShape& c, const DeviceTraits&) {
   const int64_t units = std::max<int64_t>(c.num_seqs, 0) + (c.rows + kPrefillChunk - 1) / kPrefillChunk;
   return {static_cast<uint32_t>(c.family.heads), clamp_grid(units), 1};
 }
 constexpr LaunchGrid (*no_pre)(const CallShape&, const DeviceTraits&) = nullptr;
-// Its norm kernel (the ops with one: post_entry_name): a warp per row, rows
-// y * 8 + warp + k * 8 * gridDim.y of every sequence, about four rows a warp.
-LaunchGrid twopass_post_grid(const CallShape& c, const DeviceTraits&) {
+// Its norm kernel (the ops with one: post_entry_name): the intra-chunk
+// kernel's grid, a CTA per (head, unit) normalizing the unit's chunk, a warp
+// per row.
+LaunchGrid twopass_post_grid(const CallShape& c, const DeviceTraits& d) {
   if (post_entry_name(c.family.op).empty()) return {0, 0, 0};
-  return {static_cast<uint32_t>(c.family.heads), clamp_grid((c.rows + 31) / 32), 1};
+  return twopass_pre_grid(c, d);
 }
 constexpr LaunchGrid (*no_post)(const CallShape&, const DeviceTraits&) = nullptr;
 

@@ -207,6 +207,13 @@ TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]
     if (r.serves(Op::prefill)) CHECK(r.eligible(c, h200));
   c.workspace_bytes -= 1;
   CHECK_FALSE(route_spec(Route::twopass).eligible(c, h200));
+  // No rows: the N sequences' units would take tags in a workspace of 0 bytes.
+  c = shape(Op::prefill, 16, 0, 3);
+  CHECK(twopass_workspace_bytes(3, 0, 16) == 0);
+  CHECK_FALSE(route_spec(Route::twopass).eligible(c, h200));
+  c.workspace_bytes = kTwopassUnitBytes * 3 * 16;
+  CHECK_FALSE(route_spec(Route::twopass).eligible(c, h200));
+  CHECK(route_spec(Route::rowcta).eligible(c, h200));
 }
 
 TEST_CASE("route table: route twopass's workspace and intra-chunk grid", "[routes]") {
@@ -238,11 +245,11 @@ TEST_CASE("route table: route twopass's workspace and intra-chunk grid", "[route
     CHECK(p.grid.y == 1);
     CHECK(p.grid.z == 8);  // 8 x 16 CTAs of the state pass on 132 SMs
     CHECK(p.cluster_y == 1);
-    // The prefill op norms its rows in a third kernel: 8 warps a CTA, about 4 rows a warp.
+    // The prefill op norms its rows in a third kernel on the intra-chunk kernel's grid: a CTA per unit.
     CHECK(p.has_post() == (op == Op::prefill));
     if (op == Op::prefill) {
       CHECK(p.post_grid.x == 16);
-      CHECK(p.post_grid.y == 512);
+      CHECK(p.post_grid.y == 1 + 256);
       CHECK(p.post_grid.z == 1);
     }
     // Past 65535 units the kernel loops over them.

@@ -419,7 +419,7 @@ TEST_CASE("prefill: has_initial_state empty (every sequence starts from its slot
   check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
-TEST_CASE("prefill: 600 short sequences (the norm kernel reads them 256 at a time), rowcta and twopass",
+TEST_CASE("prefill: 600 short sequences (route twopass's norm kernel by units), rowcta and twopass",
           "[gpu][prefill]") {
   PrefillSpec s = ragged_spec(4, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 6150);
   s.seqs.clear();
@@ -428,6 +428,38 @@ TEST_CASE("prefill: 600 short sequences (the norm kernel reads them 256 at a tim
     s.seqs.push_back({1 + (n * 37) % 140, slot, n % 3 != 0});
   }
   check_routes(s, {"rowcta", "twopass"});
+}
+
+// A query_start_loc that steps back: [0, 200) and [100, 300) are live, rows
+// 100..199 lie in both (no defined value: taken from the device before the
+// comparison), [200, 100) is malformed. Route twopass's units (n + qsl[n] / 64:
+// 0, 4, 3) give unit 3 to chunk 3 of sequence 0, so the state pass kernel
+// computes chunk 0 of sequence 2 itself and sets the call's flag, and the norm
+// kernel walks the sequences (rows 200..299, both conv windows) instead of
+// reading the units' tags.
+TEST_CASE("prefill: a chunk without its unit (query_start_loc steps back), every route", "[gpu][prefill]") {
+  PrefillSpec s;
+  s.heads = 16;
+  s.seed = 6160;
+  s.seqs = {{0, Slot::live, 1}, {0, Slot::live, 0}, {0, Slot::live, 1}};
+  s.qsl = {0, 200, 100, 300};
+  s.total_rows = 300;
+  PrefillProblem p = make_prefill(s);
+  PrefillProblem expected = p;
+  expected.run_reference();
+  for (std::string_view route : kPrefillRoutes) {
+    INFO("route " << route);
+    DevicePrefill dev(p);
+    Outcome o = launch(runtime_for(route), dev.args());
+    INFO(o.message);
+    REQUIRE(o.ok());
+    PrefillProblem got = p;
+    dev.download(got);
+    PrefillProblem want = expected;
+    for (int64_t r = 100; r < 200; ++r) want.set_output_row(r, got.output_row(r));
+    check_report(ref::compare(want.tensors, got.tensors, want.plan(), ref::chunked_tolerances()),
+                 fmt::format("route {}", route));
+  }
 }
 
 TEST_CASE("prefill: conv_state with K = 5 (taps 3..4 untouched), every route", "[gpu][prefill]") {
