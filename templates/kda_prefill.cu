@@ -730,18 +730,38 @@ __device__ __forceinline__ void apply_inverse(const S& sm) {
     }
   }
   if constexpr (S::kSolvedInRegion1) __syncthreads();  // every read of mq, mk, mv and G is done: W and U^T overwrite them
+  // Into shared memory (region 1), an element a store. Into the unit (the
+  // intra-chunk kernel), eight bytes a store: a tile of W as its pairs (t,
+  // c0 .. c0 + 1); a tile of U^T with the lanes of rows g and g ^ 1 trading
+  // halves (one shuffle per pair), the even one storing (v, t .. t + 1), the
+  // odd one (v + 1, t - 1 .. t).
+  const bool odd = g & 1;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     const int c0 = 8 * (warp + kWarps * j) + 2 * q;
-    if (c0 >= kSolveCols) continue;
+    if (c0 >= kSolveCols) continue;  // the same for every lane of the warp
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      const float* a = acc[j][mt];
+      const int t = 16 * mt + g;
+      if constexpr (S::kSolvedInRegion1) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = 16 * mt + g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
-        if (c < kD) sm.put_w(t, c, tf32_round(acc[j][mt][e]));
-        else sm.put_ut(c - kD, t, acc[j][mt][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int te = t + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
+          if (c < kD) sm.put_w(te, c, tf32_round(a[e]));
+          else sm.put_ut(c - kD, te, a[e]);
+        }
+      } else if (c0 < kD) {
+        sm.put_w2(t, c0, tf32_round(a[0]), tf32_round(a[1]));
+        sm.put_w2(t + 8, c0, tf32_round(a[2]), tf32_round(a[3]));
+      } else {
+        const float r0 = __shfl_xor_sync(kFull, odd ? a[0] : a[1], 4);
+        const float r1 = __shfl_xor_sync(kFull, odd ? a[2] : a[3], 4);
+        const int v = c0 - kD + (odd ? 1 : 0), tt = odd ? t - 1 : t;
+        sm.put_ut2(v, tt, odd ? r0 : a[0], odd ? a[1] : r0);
+        sm.put_ut2(v, tt + 8, odd ? r1 : a[2], odd ? a[3] : r1);
       }
+    }
   }
 }
 
@@ -1260,8 +1280,13 @@ struct IntraSmem {
   }
   __device__ void put_gamma_c(int k, float x) const { out(kUnitGammaC)[k] = x; }
   __device__ void put_a(int t, int s, float x) const { out(kUnitA)[t * kC + s] = x; }
-  __device__ void put_w(int t, int c, float x) const { out(kUnitW)[t * kD + c] = x; }
-  __device__ void put_ut(int v, int t, float x) const { out(kUnitUT)[v * kC + t] = x; }
+  // Elements (t, c), (t, c + 1) of W and (v, t), (v, t + 1) of U^T; c and t even.
+  __device__ void put_w2(int t, int c, float x0, float x1) const {
+    *reinterpret_cast<float2*>(out(kUnitW) + t * kD + c) = make_float2(x0, x1);
+  }
+  __device__ void put_ut2(int v, int t, float x0, float x1) const {
+    *reinterpret_cast<float2*>(out(kUnitUT) + v * kC + t) = make_float2(x0, x1);
+  }
   // Row r's columns XOR 8 (r & 7): apply_inverse's float2 reads of rows g and
   // columns 8 ks + 2q fall in distinct banks per half-warp.
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 7) << 3)); }
