@@ -8,7 +8,10 @@
 # error reported) and the main job all passed.
 # A run that must fit a time limit can take part of it: STEPS (default "gpu
 # sanitize main") and SHARD_INDICES (default all of 0..SHARDS-1), e.g.
-# SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest. CONCURRENT=1
+# SHARDS=16 SHARD_INDICES="$(seq 0 7)" STEPS=gpu, then the rest; GPU_BINS
+# (default all three) names the test binaries that the shards and the
+# sanitizers run, e.g. GPU_BINS="test_gpu_prefill test_gpu_chunk" after a
+# change to the prefill template alone. CONCURRENT=1
 # runs the sanitizers and the main job beside the shards instead of after
 # them (each shard is one CPU-bound process: its test problems and the f64
 # reference; a machine with more cores than shards has room for them). On
@@ -21,6 +24,7 @@ B=${BUILD_DIR:-$PWD/build-device}
 SHARDS=${SHARDS:-12}
 SHARD_INDICES=${SHARD_INDICES:-$(seq 0 $((SHARDS - 1)))}
 STEPS=${STEPS:-gpu sanitize main}
+GPU_BINS=${GPU_BINS:-test_gpu_decode test_gpu_prefill test_gpu_chunk}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 rc=0
 mkdir -p "$OUT"
@@ -41,7 +45,7 @@ SUMMARY_DIR=$(mktemp -d)
 run_sanitize() {
   local src log
   for tool in memcheck racecheck synccheck; do
-    for bin in test_gpu_decode test_gpu_prefill test_gpu_chunk; do
+    for bin in $GPU_BINS; do
       log="$OUT/sanitizer_${tool}_$bin.log"
       compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$bin" "[sanitize]" >"$log" 2>&1
       src=$?
@@ -76,7 +80,7 @@ t1=$(date +%s)
 pids=()
 for i in $SHARD_INDICES; do
   { src=0
-    for bin in test_gpu_decode test_gpu_prefill test_gpu_chunk; do
+    for bin in $GPU_BINS; do
       "$B/tests/gpu/$bin" --shard-count "$SHARDS" --shard-index "$i" || src=1
     done
     exit $src; } >"$OUT/gpu_shard_$i.log" 2>&1 &
