@@ -7,6 +7,7 @@
 // (validate_prefill, launch_plan); outputs, states and shared memory start
 // poisoned; the check is test_gpu_prefill's (ref::compare over the
 // reference's write plan, §10's state limits).
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct Call {
   emu::Workspace* workspace = nullptr;  // route twopass: reused (else a fresh poisoned one)
   int row_pad = 8;                      // odd: the row tensors are not 8-byte aligned (twopass's norm: element-wise)
   int sm_count = 132;                   // the device's (route twopass: 8 state pass CTAs per sequence and head here)
+  std::vector<int32_t> qsl{};           // query_start_loc as given (empty: the lengths from row 0)
+  int undefined_from = 0, undefined_to = 0;  // output rows in two live ranges: taken from the kernel's
 };
 
 // The default call: a new prompt of two chunks (the second of one row, no
@@ -37,8 +40,11 @@ Call default_call() { return {{65, 0, 3}, {1, 2, 3}, {0, 1, 1}}; }
 void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_layout_t conv, kdajit_gate_t gate,
                uint64_t seed, const Call& c = default_call(), unsigned max_wave = 0, float lower_bound = -5.f) {
   ref::PrefillMeta meta;
-  meta.qsl.push_back(0);
-  for (int32_t len : c.lengths) meta.qsl.push_back(meta.qsl.back() + len);
+  meta.qsl = c.qsl;
+  if (meta.qsl.empty()) {
+    meta.qsl.push_back(0);
+    for (int32_t len : c.lengths) meta.qsl.push_back(meta.qsl.back() + len);
+  }
   meta.slots = c.slots;
   meta.initial = c.initial;
   ref::ProblemSpec spec;
@@ -47,7 +53,7 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   spec.state_dtype = state;
   spec.conv = conv;
   spec.gate = gate;
-  spec.rows = meta.qsl.back();
+  spec.rows = c.qsl.empty() ? meta.qsl.back() : *std::max_element(meta.qsl.begin(), meta.qsl.end());
   spec.null_rows = spec.rows;  // the problem's own slots play no part
   spec.num_slots = c.num_slots;
   spec.row_pad = c.row_pad;
@@ -79,6 +85,11 @@ void check_key(const std::string& key_name, kdajit_dtype_t state, kdajit_conv_la
   REQUIRE(call.ok());
   REQUIRE_NOTHROW(emu::emulate_call(key_name, *call, max_wave, c.sm_count));
 
+  const kdajit_tensor_t& out = got.view(ref::Tensor::output);
+  for (int64_t r = c.undefined_from; r < c.undefined_to; ++r)
+    for (int64_t h = 0; h < out.shape[1]; ++h)
+      for (int64_t d = 0; d < out.shape[2]; ++d)
+        ref::store_bits16(expected.view(ref::Tensor::output), {r, h, d}, ref::load_bits16(out, {r, h, d}));
   const ref::CompareReport r = ref::compare(expected, got, *plan, ref::chunked_tolerances());
   INFO(key_name << ": " << r.summary());
   CHECK(r.pass);
@@ -168,12 +179,24 @@ TEST_CASE("emulated prefill kernel: route twopass, both programs, one workspace 
             KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9813, default_call());
 }
 
+TEST_CASE("emulated prefill kernel: route twopass, a chunk without its unit (the norm kernel walks)",
+          "[emulation][prefill]") {
+  // query_start_loc steps back: [0, 200) and [100, 300) live (rows 100..199 in
+  // both: no defined value), [200, 100) malformed. Units n + qsl[n] / 64 = 0,
+  // 4, 3: unit 3 holds chunk 3 of sequence 0, so the state pass computes chunk
+  // 0 of sequence 2 itself, sets the call's flag, and the norm kernel walks
+  // the sequences (rows 200..299 and both conv windows are checked).
+  Call c{{0, 0, 0}, {1, 2, 3}, {1, 0, 1}};
+  c.qsl = {0, 200, 100, 300};
+  c.undefined_from = 100;
+  c.undefined_to = 200;
+  check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
+            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9816, c);
+}
+
 TEST_CASE("emulated prefill kernel: route twopass, a null slot, a strong decay", "[emulation][prefill]") {
   // A null slot among live sequences (its units hold no chunk, its rows are
   // zeros), then the per-element path for A and M in the intra-chunk kernel.
-  // (A chunk without a unit of its own needs a query_start_loc that is not
-  // non-decreasing, whose rows the contract leaves undefined: the chunk op's
-  // emulated case checks that path through its final states.)
   Call c{{65, 70, 3}, {2, 0, 1}, {1, 1, 0}};
   check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
             KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9814, c, 1);
