@@ -1335,74 +1335,40 @@ __device__ __forceinline__ bool sequence_live(const KdaParams& p, int q0, int q1
                 : 0 <= q0 && q0 < q1 && q1 <= p.rows && slot_valid(slot, p.num_slots);
 }
 
-// The chunk that unit u holds: the last n with unit_base(n) <= u (a binary
-// search over query_start_loc), chunk j = u - unit_base(n) of it, when n is
-// live and has that chunk; else n = -1.
-struct UnitChunk {
-  int n = -1, q0 = 0, q1 = 0, slot = 0;
-  long long j = -1;
-};
-__device__ __forceinline__ UnitChunk locate_unit(const KdaParams& p, long long u) {
-  UnitChunk c;
-  if (p.num_seqs <= 0) return c;
-  int lo = 0, hi = p.num_seqs - 1;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo + 1) / 2;
-    if (unit_base(p, mid) <= u) lo = mid;
-    else hi = mid - 1;
-  }
-  const int q0 = p.query_start_loc[lo], q1 = p.query_start_loc[lo + 1];
-  const int slot = kChunk ? lo : p.state_indices[lo];
-  const long long j = u - unit_base(p, lo);
-  if (sequence_live(p, q0, q1, slot) && j >= 0 && j * kC < static_cast<long long>(q1) - q0) c = {lo, q0, q1, slot, j};
-  return c;
-}
-
-// The prefill op: asks the L2 for the x rows (with the three before) and the
-// gate rows that chunk c of head h will read, while the CTA computes the
-// chunk before it (a hint: nothing waits for it).
-__device__ __forceinline__ void prefetch_chunk_inputs(const KdaParams& p, int h, const UnitChunk& c) {
-  if (kChunk || c.n < 0) return;
-  const long long row0 = c.q0 + c.j * kC, len = static_cast<long long>(c.q1) - c.q0 - c.j * kC;
-  const int L = static_cast<int>(len < kC ? len : kC), first = c.j > 0 ? -3 : 0;
-  const int xrows = L - first, tasks = 3 * xrows + L;
-  for (int i = threadIdx.x; i < tasks; i += kThreads) {
-    if (i < 3 * xrows) {  // the q, k and v channels of head h in x row row0 + first + i / 3
-      const long long r = row0 + first + i / 3;
-      prefetch_l2(p.x + r * p.x_row_stride + (i % 3) * grid_hidden() + h * kD, kD * 2);
-    } else {
-      const long long r = row0 + (i - 3 * xrows);
-      prefetch_l2(p.raw_gate + r * p.gate_row_stride + h * kD, kD * 2);
-    }
-  }
-}
-
 // The intra-chunk kernel on head h: units u = blockIdx.y, + gridDim.y, ..;
-// each finds the chunk of the next before computing its own and prefetches
-// that chunk's inputs into the L2.
+// the sequence of a unit is the last n with unit_base(n) <= u (a binary
+// search over query_start_loc).
 __device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* smem, int h) {
   const long long units = unit_count(p);
   const GateConstants gate = gate_constants(p, h);
-  UnitChunk next = blockIdx.y < units ? locate_unit(p, blockIdx.y) : UnitChunk{};
   for (long long u = blockIdx.y; u < units; u += gridDim.y) {
     unsigned char* unit = unit_ptr(p, u, h);
     const IntraSmem sm{smem, unit};
-    const UnitChunk c = next;
-    if (u + gridDim.y < units) {
-      next = locate_unit(p, u + gridDim.y);
-      prefetch_chunk_inputs(p, h, next);
-    }
-    if (c.n >= 0) {
-      const bool initial =
-          kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[c.n] != 0;
-      const long long c0 = c.j * kC, len = static_cast<long long>(c.q1) - c.q0;
-      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-      intra_chunk(p, sm, h, 0, c.q0, c0, L, initial, static_cast<long long>(c.slot) * p.conv_slot_stride, gate);
+    int n = -1;
+    long long j = -1;
+    if (p.num_seqs > 0) {
+      int lo = 0, hi = p.num_seqs - 1;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (unit_base(p, mid) <= u) lo = mid;
+        else hi = mid - 1;
+      }
+      const int q0 = p.query_start_loc[lo], q1 = p.query_start_loc[lo + 1];
+      const int slot = kChunk ? lo : p.state_indices[lo];
+      j = u - unit_base(p, lo);
+      if (sequence_live(p, q0, q1, slot) && j >= 0 && j * kC < static_cast<long long>(q1) - q0) {
+        n = lo;
+        const bool initial =
+            kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+        const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
+        const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+        intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
+      }
     }
     if (threadIdx.x == 0) {
       int* tag = reinterpret_cast<int*>(unit);
-      tag[0] = c.n;
-      tag[1] = c.n >= 0 ? static_cast<int>(c.j) : -1;
+      tag[0] = n;
+      tag[1] = n >= 0 ? static_cast<int>(j) : -1;
       if (u == 0 && h == 0) tag[2] = 0;  // the call's flag (norm_rows): no chunk without its unit yet
     }
     __syncthreads();  // every thread is done with this unit's buffers
