@@ -23,16 +23,18 @@ extern "C" __global__ void __launch_bounds__(256) demo_kernel(const int p) {
 }
 """
 HEAD = ('"Line No","Source","Address","Source","Warp Stall Sampling (All Samples)",'
-        '"Warp Stall Sampling (Not-issued Samples)","# Samples","Instructions Executed"')
-# (line, samples, executed): helper's body 30 / 100, step's lambda and call 50 / 300, the kernel 20 / 100.
+        '"Warp Stall Sampling (Not-issued Samples)","# Samples","Instructions Executed",'
+        '"L1 Wavefronts Shared Excessive"')
+# (line, samples, executed): helper's body 30 / 100, step's lambda and call 50 / 300, the kernel 20 / 100;
+# each line's excess shared wavefronts are 3 x its samples (step 150, helper 90, the kernel 60).
 LINES = [(3, 30, 100), (7, 10, 200), (8, 40, 100), (11, 20, 100)]
 
 
 def page(lines):
     out = ['"File Path","/tmp/kernel.cu"', '"Function Name","demo_kernel"', HEAD]
     for line, s, e in lines:
-        out.append(f'"{line}","src","-","-","{s}","{s}","{s}","{e}"')
-        out.append(f'"","","0x{0x1000 + line:x}","      FFMA R1, R2, R3, R4","{s}","{s}","{s}","{e}"')
+        out.append(f'"{line}","src","-","-","{s}","{s}","{s}","{e}","{3 * s}"')
+        out.append(f'"","","0x{0x1000 + line:x}","      FFMA R1, R2, R3, R4","{s}","{s}","{s}","{e}","{3 * s}"')
     return "\n".join(out) + "\n"
 
 
@@ -69,6 +71,21 @@ class NcuFunctions(unittest.TestCase):
         rows = [l.split() for l in out.splitlines()[2:]]
         self.assertEqual([r[0] for r in rows], ["step", "helper", "demo_kernel"])  # by samples
         self.assertEqual(rows[0][1:], ["30", "60.0%", "50.0%"])
+
+    def test_extra_column(self):
+        lines = tool.read_lines(self.page, ["L1 Wavefronts Shared Excessive"])
+        sums, total = tool.by_function(lines, tool.functions_by_line(SOURCE))
+        self.assertEqual(total, [100.0, 500.0, 300.0])
+        self.assertEqual(sums["step"], [50.0, 300.0, 150.0])
+        rc, out, err = bench_tools.run_main(
+            tool, [self.page, self.source, "--per-item", "10", "--column", "L1 Wavefronts Shared Excessive"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("L1 Wavefronts Shared Excessive: 30 per 10 items", out)
+        step = next(l for l in out.splitlines() if l.startswith("step"))
+        self.assertTrue(step.endswith("| 15"), step)
+        rc, _, err = bench_tools.run_main(tool, [self.page, self.source, "--column", "No Such Column"])
+        self.assertEqual(rc, 2)
+        self.assertIn("No Such Column", err)
 
     def test_min_leaves_out_small_functions(self):
         rc, out, _ = bench_tools.run_main(tool, [self.page, self.source, "--min", "25"])
