@@ -72,6 +72,11 @@ tests/python/test_gpu_chunk.py.
     python3 bench/bench_prefill.py --fla .peers --lib build-device/runtime/libkdajit.so --routes \\
         --json /tmp/prefill.json
 
+--kdajit-only times kdajit's two ops alone (no FLA package, no FLA columns,
+no checks against FLA; kdajit.chunk_kda on the engine's post-conv q, k, v as
+above): the A/B of two kdajit libraries, one process each with --lib, each
+cell's problem drawn from the same seed.
+
 Exit status: 0 every cell measured and every check passed; 1 a kdajit call
 (fused or chunk) failed, a check did not pass (the tables say which) or no FLA
 package; 2 bad arguments; 77 no CUDA GPU.
@@ -125,7 +130,10 @@ def log(msg):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fla", help="the folder that holds the built fla/ package (e.g. .peers); required to measure")
+    p.add_argument("--fla", help="the folder that holds the built fla/ package (e.g. .peers); required to measure, "
+                   "unless --kdajit-only")
+    p.add_argument("--kdajit-only", action="store_true",
+                   help="time kdajit's fused prefill and chunk_kda alone: no FLA, no FLA columns, no checks")
     p.add_argument("--lib", help="libkdajit.so for the package (sets KDAJIT_LIBRARY; default: the package's search)")
     p.add_argument("--heads", default="16,32,64", help="H values, comma-separated (default 16,32,64)")
     p.add_argument("--shapes", default="8x2048,4x8192,1x16384,mix64",
@@ -145,8 +153,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.tables:
         return a
-    if not a.fla:
-        p.error("--fla: expected the folder that holds the built fla/ package (e.g. .peers)")
+    if not a.fla and not a.kdajit_only:
+        p.error("--fla: expected the folder that holds the built fla/ package (e.g. .peers), or --kdajit-only")
     try:
         a.heads = [int(h) for h in a.heads.split(",")]
     except ValueError:
@@ -813,21 +821,23 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
     doc["cells"].append(c)
     engine = Engine(torch, chunk_kda, p)
     out = p.new_output()
-    log(f"{shape} H{h} {state}: FLA engine")
-    # FLA's first call (it autotunes for each new H) while kdajit compiles in the background; nothing is
-    # timed until that compile is done, so that no timed eager call competes with it for the CPU.
-    engine(p.conv_state, p.state, out)
-    torch.cuda.synchronize()
+    if not a.kdajit_only:
+        log(f"{shape} H{h} {state}: FLA engine")
+        # FLA's first call (it autotunes for each new H) while kdajit compiles in the background; nothing is
+        # timed until that compile is done, so that no timed eager call competes with it for the CPU.
+        engine(p.conv_state, p.state, out)
+        torch.cuda.synchronize()
     if kd.prewarm_pending:
         kd.prewarm_pending = False
         try:
             kd.module.runtime().wait_prewarm()
         except Exception as e:  # noqa: BLE001 - the first calls compile what the pre-warm did not
             log(f"kdajit: pre-warm: {error_text(e)}")
-    c["fla_engine"] = measure(torch, lambda: engine(p.conv_state, p.state, out), a)
-    c["engine_stages"] = time_stages(torch, engine, out, min(a.iters, 10))
+    if not a.kdajit_only:
+        c["fla_engine"] = measure(torch, lambda: engine(p.conv_state, p.state, out), a)
+        c["engine_stages"] = time_stages(torch, engine, out, min(a.iters, 10))
     failed |= bare_and_chunk(torch, a, kd, engine, c, bare_of)
-    if shape == a.shapes[0]:  # the first cell of each H, for each state dtype
+    if shape == a.shapes[0] and not a.kdajit_only:  # the first cell of each H, for each state dtype
         c["check"] = check_cell(torch, kd, engine, p)
         failed |= c["check"]["status"] in ("error", "MISMATCH")
         log(f"  check: {c['check']}")
@@ -841,21 +851,25 @@ def run_cell(torch, a, kd, chunk_kda, shape, h, state, copy_bw, rate, bare_of, d
 
 def bare_and_chunk(torch, a, kd, engine, c, bare_of):
     """FLA bare (or its twin's figure), the chunk check and kdajit chunk of cell c,
-    on the same post-conv q, k, v and initial states (freed on return); True when
-    the kdajit chunk call failed or its check did not pass."""
+    on the same post-conv q, k, v and initial states (freed on return); with
+    --kdajit-only kdajit chunk alone. True when the kdajit chunk call failed or
+    its check did not pass."""
     p, key = engine.p, (c["shape"], c["heads"])
     q, k, v, h0, _ = engine.gather_and_conv(p.conv_state, p.state)
-    if key in bare_of:
-        c["fla_bare"] = dict(bare_of[key], reused_from=bare_of[key]["state"])
-    else:
-        c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=c["state"])
-        bare_of[key] = c["fla_bare"]
+    failed = False
+    if not a.kdajit_only:
+        if key in bare_of:
+            c["fla_bare"] = dict(bare_of[key], reused_from=bare_of[key]["state"])
+        else:
+            c["fla_bare"] = dict(measure(torch, lambda: engine.fla(q, k, v, h0), a), state=c["state"])
+            bare_of[key] = c["fla_bare"]
+        c["chunk_check"] = check_chunk_cell(torch, kd, engine, p, q, k, v, h0)
+        log(f"  check chunk: {c['chunk_check']}")
+        failed = c["chunk_check"]["status"] in ("error", "MISMATCH")
     log(f"{cell_name(c)}: kdajit chunk")
-    c["chunk_check"] = check_chunk_cell(torch, kd, engine, p, q, k, v, h0)
-    log(f"  check chunk: {c['chunk_check']}")
     args, kwargs = kdajit_chunk_arguments(p, q, k, v, h0)
     c["kdajit_chunk"] = dict(measure_kdajit(torch, kd, "chunk", args, kwargs, a), state=c["state"])
-    return c["chunk_check"]["status"] in ("error", "MISMATCH") or "error" in c["kdajit_chunk"]
+    return failed or "error" in c["kdajit_chunk"]
 
 
 def forced_chunk(torch, a, kd, chunk_kda, p):
@@ -890,7 +904,9 @@ def run_forced(torch, a, kd, chunk_kda, c):
 def print_tables(doc):
     st = doc["settings"]
     forced = f" ({st['route_iters']} per forced route)" if st["routes"] and "route_iters" in st else ""
-    print(f"# kdajit prefill vs FLA chunk_kda @ {doc['versions']['fla_commit'][:12]} on {doc['gpu']}: copy bandwidth "
+    who = ("kdajit prefill alone (--kdajit-only)" if st.get("kdajit_only")
+           else f"kdajit prefill vs FLA chunk_kda @ {doc['versions']['fla_commit'][:12]}")
+    print(f"# {who} on {doc['gpu']}: copy bandwidth "
           f"{doc['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, dense bf16 {doc['bf16_matmul_flop_per_s'] / 1e12:.0f} "
           f"TFLOP/s ({doc['matmul_n']}^3 matmul); median of {st['iters']} calls{forced}, L2 flushed; "
           f"status {doc['status']}")
@@ -910,7 +926,7 @@ def main(argv=None):
         print("bench_prefill: no CUDA GPU; skipped")
         return 77
     t_start = time.time()
-    chunk_kda, commit = peer.load_fla(a.fla)
+    chunk_kda, commit = (None, "-") if a.kdajit_only else peer.load_fla(a.fla)
     kd = Kdajit(a.lib)
     if kd.error:
         log(f"kdajit: {kd.error} (every kdajit cell reports it)")
@@ -931,6 +947,7 @@ def main(argv=None):
            "kdajit_library": kd.library, "kdajit_error": kd.error,
            "copy_bandwidth_bytes_per_s": copy_bw, "bf16_matmul_flop_per_s": rate, "matmul_n": a.matmul_n,
            "settings": {"iters": a.iters, "route_iters": a.route_iters, "warmup": a.warmup, "heads": a.heads,
+                        "kdajit_only": a.kdajit_only,
                         "shapes": a.shapes, "states": a.states, "routes": list(routes), "lower_bound": LOWER_BOUND,
                         "norm_eps": NORM_EPS, "check_limit": CHECK_LIMIT, "chunk_check_limits": CHUNK_CHECK_LIMITS},
            "flop_per_chunk_head": FLOP_PER_CHUNK_HEAD, "cells": []}

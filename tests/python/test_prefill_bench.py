@@ -120,6 +120,12 @@ class Grid(unittest.TestCase):
             tool.parse_args([])
         self.assertIn("--fla: expected the folder that holds the built fla/ package", err.getvalue())
 
+    def test_kdajit_only_needs_no_fla(self):
+        a = tool.parse_args(["--kdajit-only", "--heads", "16"])
+        self.assertTrue(a.kdajit_only)
+        self.assertIsNone(a.fla)
+        self.assertFalse(parse().kdajit_only)
+
     def test_json_stays_outside_the_tree(self):
         inside = os.path.join(tool.REPO, "bench", "prefill.json")
         self.assertIn("--json: expected a path outside the repository", self.parse_error("--json", inside))
@@ -537,6 +543,47 @@ class CellsEndToEnd(unittest.TestCase):
                             for x in lines))
         self.assertIn("+ kdajit.chunk_kda with the cell's bf16 states", "\n".join(lines))
         self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 |", lines)
+
+
+    def test_kdajit_only_times_kdajit_alone(self):
+        a = tool.parse_args(["--kdajit-only", "--heads", "1", "--shapes", "1x5,2x40", "--states", "f32"])
+        kd = Kd()
+        kd.module = ReferencePackage()
+        timed = []
+
+        def time_call(torch_, call, iters, warmup):
+            timed.append(iters)
+            call()
+            return float(iters), 1.0, 2.0, 0.0
+
+        saved = (tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize)
+        problem = tool.Problem
+        tool.problem_of = lambda torch_, shape, h, state: problem(
+            torch_, tool.peer.lengths_of(shape), h, state, "cpu", seed=sum(tool.peer.lengths_of(shape)) + h)
+        tool.peer.time_call = time_call
+        tool.time_stages = lambda *args: self.fail("no engine stages without FLA")
+        torch.cuda.synchronize = lambda *args: None
+        doc, failed = {"cells": []}, False
+        try:
+            with reference_in_the_kernels_place():
+                for shape, h, state in tool.cells_of(a):  # no FLA: chunk_kda is None
+                    failed |= tool.run_cell(torch, a, kd, None, shape, h, state, 4e12, 8e14, {}, doc)
+        finally:
+            tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize = saved
+        self.assertFalse(failed)
+        self.assertEqual(timed, [20, 20] * 2)  # kdajit chunk, then kdajit fused, per cell
+        for c in doc["cells"]:
+            self.assertEqual((c["kdajit_chunk"]["us"], c["kdajit"]["us"]), (20.0, 20.0))
+            for key in ("fla_engine", "fla_bare", "engine_stages", "check", "chunk_check"):
+                self.assertNotIn(key, c)
+        self.assertIn("| 2x40 H1 f32 | 20 | - | 20 | - | - | - | - | - |", "\n".join(tool.tables(doc["cells"])))
+        doc.update({"gpu": "cpu", "versions": {"fla_commit": "-"}, "copy_bandwidth_bytes_per_s": 4e12,
+                    "bf16_matmul_flop_per_s": 8e14, "matmul_n": 8192, "status": "ok",
+                    "settings": {"iters": 20, "routes": [], "kdajit_only": True}})
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tool.print_tables(doc)
+        self.assertTrue(out.getvalue().startswith("# kdajit prefill alone (--kdajit-only) on cpu:"), out.getvalue())
 
 
 class RouteForcing(unittest.TestCase):
