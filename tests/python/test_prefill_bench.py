@@ -493,12 +493,11 @@ class CellsEndToEnd(unittest.TestCase):
         if NO_LIBRARY:
             self.skipTest(NO_LIBRARY)
 
-    def test_two_passes_fill_every_field(self):
-        a = parse("--routes", "--heads", "1", "--shapes", "1x5,2x40")
-        kd = Kd()
-        kd.module = ReferencePackage()
-        timed = []
-
+    @contextlib.contextmanager
+    def on_the_host(self, timed, stages):
+        """The GPU's parts stubbed (each timed call runs once and records its
+        iteration count in `timed`; `stages` stands in for time_stages) and
+        kdajit's kernels replaced by the f64 references."""
         def time_call(torch_, call, iters, warmup):
             timed.append(iters)
             call()
@@ -509,18 +508,26 @@ class CellsEndToEnd(unittest.TestCase):
         tool.problem_of = lambda torch_, shape, h, state: problem(
             torch_, tool.peer.lengths_of(shape), h, state, "cpu", seed=sum(tool.peer.lengths_of(shape)) + h)
         tool.peer.time_call = time_call
-        tool.time_stages = lambda torch_, engine, out, iters: {s: 1.0 for s in tool.STAGES}
+        tool.time_stages = stages
         torch.cuda.synchronize = lambda *args: None
-        doc, bare_of, failed = {"cells": []}, {}, False
         try:
             with reference_in_the_kernels_place():
-                for shape, h, state in tool.cells_of(a):
-                    failed |= tool.run_cell(torch, a, kd, naive_chunk_kda, shape, h, state, 4e12, 8e14, bare_of, doc)
-                first = len(timed)
-                for c in doc["cells"]:
-                    failed |= tool.run_forced(torch, a, kd, naive_chunk_kda, c)
+                yield
         finally:
             tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize = saved
+
+    def test_two_passes_fill_every_field(self):
+        a = parse("--routes", "--heads", "1", "--shapes", "1x5,2x40")
+        kd = Kd()
+        kd.module = ReferencePackage()
+        timed = []
+        doc, bare_of, failed = {"cells": []}, {}, False
+        with self.on_the_host(timed, lambda torch_, engine, out, iters: {s: 1.0 for s in tool.STAGES}):
+            for shape, h, state in tool.cells_of(a):
+                failed |= tool.run_cell(torch, a, kd, naive_chunk_kda, shape, h, state, 4e12, 8e14, bare_of, doc)
+            first = len(timed)
+            for c in doc["cells"]:
+                failed |= tool.run_forced(torch, a, kd, naive_chunk_kda, c)
         self.assertFalse(failed)
         # First pass: engine, FLA bare (f32 cells), kdajit chunk and kdajit at --iters; second: --route-iters.
         self.assertEqual(timed[:first], [20, 20, 20, 20, 20, 20, 20] * 2)
@@ -544,32 +551,15 @@ class CellsEndToEnd(unittest.TestCase):
         self.assertIn("+ kdajit.chunk_kda with the cell's bf16 states", "\n".join(lines))
         self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 |", lines)
 
-
     def test_kdajit_only_times_kdajit_alone(self):
         a = tool.parse_args(["--kdajit-only", "--heads", "1", "--shapes", "1x5,2x40", "--states", "f32"])
         kd = Kd()
         kd.module = ReferencePackage()
         timed = []
-
-        def time_call(torch_, call, iters, warmup):
-            timed.append(iters)
-            call()
-            return float(iters), 1.0, 2.0, 0.0
-
-        saved = (tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize)
-        problem = tool.Problem
-        tool.problem_of = lambda torch_, shape, h, state: problem(
-            torch_, tool.peer.lengths_of(shape), h, state, "cpu", seed=sum(tool.peer.lengths_of(shape)) + h)
-        tool.peer.time_call = time_call
-        tool.time_stages = lambda *args: self.fail("no engine stages without FLA")
-        torch.cuda.synchronize = lambda *args: None
         doc, failed = {"cells": []}, False
-        try:
-            with reference_in_the_kernels_place():
-                for shape, h, state in tool.cells_of(a):  # no FLA: chunk_kda is None
-                    failed |= tool.run_cell(torch, a, kd, None, shape, h, state, 4e12, 8e14, {}, doc)
-        finally:
-            tool.problem_of, tool.peer.time_call, tool.time_stages, torch.cuda.synchronize = saved
+        with self.on_the_host(timed, lambda *args: self.fail("no engine stages without FLA")):
+            for shape, h, state in tool.cells_of(a):  # no FLA: chunk_kda is None
+                failed |= tool.run_cell(torch, a, kd, None, shape, h, state, 4e12, 8e14, {}, doc)
         self.assertFalse(failed)
         self.assertEqual(timed, [20, 20] * 2)  # kdajit chunk, then kdajit fused, per cell
         for c in doc["cells"]:
