@@ -85,10 +85,10 @@ static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one s
 // and G during steps 1-4, then W and U^T (written after every thread has read
 // the former) during step 5.
 enum : int {
-  kOffMq = 0,                                  // bf16 [kC][kD]: m of q
-  kOffMk = kOffMq + kC * kD * 2,               // bf16 [kC][kD]: m of k
-  kOffMv = kOffMk + kC * kD * 2,               // bf16 [kC][kVRows]: m of this CTA's v
-  kOffG = kOffMv + kC * kVRows * 2,            // f32 [kC][kD]: cumulative log decay
+  kOffMq = 0,                                  // bf16 [kC][kD]: m of q, element (t, c) at qk_at(t, c)
+  kOffMk = kOffMq + kC * kD * 2,               // bf16 [kC][kD]: m of k, at qk_at
+  kOffMv = kOffMk + kC * kD * 2,               // bf16 [kC][kVRows]: m of this CTA's v, at v_at
+  kOffG = kOffMv + kC * kVRows * 2,            // f32 [kC][kD]: cumulative log decay, at g_at
   kEndInputs = kOffG + kC * kD * 4,
   kOffW = 0,                                   // f32 [kC][kLdW]
   kOffUT = kOffW + kC * kLdW * 4,              // f32 [kVRows][kLdT]
@@ -217,6 +217,25 @@ __device__ __forceinline__ float load_bf16_or_f32(const void* base, long long i,
 // Head channel (j * 128 + d) of local conv channel c of a CTA whose v slice starts at v0.
 __device__ __forceinline__ int head_channel(int c, int v0) { return c < 2 * kD ? c : c + v0; }
 
+// Where element (t, c) of the chunk's row arrays lies in shared memory: the
+// bf16 q, k (qk_at, rows of kD) and v (v_at, rows of kVRows) conv outputs
+// and G (g_at, f32 rows of kD). Their rows are whole multiples of 32 banks,
+// and the tensor-core fragments read one column group of 8 rows (t & 7),
+// apply_inverse 4 rows (2q or 2q + 1): each row's columns are XORed by a
+// multiple of 8, which keeps every aligned group of 8 elements (the widest
+// access, 16 bytes of bf16) together and sends those rows to distinct banks.
+// bf16: XOR 8 (t & 7), 8 four-bank groups (fewer for a v row narrower than
+// 64). f32: XOR 8 b(t) with b = (t ^ t / 4) & 3, 4 eight-bank groups, each
+// taken by 2 of any 8 consecutive rows and by 1 of rows 0, 2, 4, 6 (or 1,
+// 3, 5, 7) mod 8.
+template <int kWidth>
+__device__ __forceinline__ int m_at(int t, int c) {
+  return t * kWidth + (c ^ ((t & (kWidth >= 64 ? 7 : kWidth / 8 - 1)) << 3));
+}
+__device__ __forceinline__ int qk_at(int t, int c) { return m_at<kD>(t, c); }
+__device__ __forceinline__ int v_at(int t, int c) { return m_at<kVRows>(t, c); }
+__device__ __forceinline__ int g_at(int t, int k) { return t * kD + (k ^ (((t ^ (t >> 2)) & 3) << 3)); }
+
 // conv_state element of (channel c, tap t) in a slot: SD strides (1, 3*H*128), DS (K, 1).
 __device__ __forceinline__ long long conv_offset(const KdaParams& p, int c, int t) {
   return c * p.conv_chan_stride + t * p.conv_tap_stride;
@@ -270,8 +289,7 @@ __device__ __forceinline__ void conv_tasks(const KdaParams& p, const S& sm, int 
         xw[i] = *reinterpret_cast<const Word*>(xseg + t * stride);
       }
     }
-    unsigned short* dst = j == 0 ? sm.mq() + d : j == 1 ? sm.mk() + d : sm.mv() + (d - v0);
-    const int ld = j == 2 ? kVRows : kD;
+    unsigned short* dst = j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv();
     float x[kSeg + 3][kCh];
 #pragma unroll
     for (int i = 0; i < kSeg + 3; ++i)
@@ -289,10 +307,11 @@ __device__ __forceinline__ void conv_tasks(const KdaParams& p, const S& sm, int 
         y[e] = a * sigmoid_ftz(a);
       }
       const bool in = ts + i < L;
+      const int at = j == 2 ? v_at(ts + i, d - v0) : qk_at(ts + i, d);
       if constexpr (kCh == 2) {
-        *reinterpret_cast<unsigned*>(dst + (ts + i) * ld) = in ? pack_bf16x2(y[0], y[1]) : 0u;
+        *reinterpret_cast<unsigned*>(dst + at) = in ? pack_bf16x2(y[0], y[1]) : 0u;
       } else {
-        dst[(ts + i) * ld] = in ? f32_to_bf16(y[0]) : static_cast<unsigned short>(0);
+        dst[at] = in ? f32_to_bf16(y[0]) : static_cast<unsigned short>(0);
       }
     }
   }
@@ -354,9 +373,9 @@ __device__ __forceinline__ void load_chunk(const KdaParams& p, const S& sm, int 
       const int i = threadIdx.x + (jb + j) * kThreads, t = i / kChans, c = i % kChans;
       if (jb + j >= kPer) break;
       const unsigned short x = t < L ? b[j] : static_cast<unsigned short>(0);
-      if (c < kD) sm.mq()[t * kD + c] = x;
-      else if (c < 2 * kD) sm.mk()[t * kD + c - kD] = x;
-      else sm.mv()[t * kVRows + c - 2 * kD] = x;
+      if (c < kD) sm.mq()[qk_at(t, c)] = x;
+      else if (c < 2 * kD) sm.mk()[qk_at(t, c - kD)] = x;
+      else sm.mv()[v_at(t, c - 2 * kD)] = x;
     }
   }
 }
@@ -376,8 +395,8 @@ __device__ __forceinline__ void norm_scales(const KdaParams& p, const S& sm) {
   }
   const float qscale = kChunk ? p.scale : 0.08838834764831845f;  // 1 / sqrt(128)
   for (int t = warp; t < kC; t += kWarps) {
-    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + t * kD + 4 * lane);
-    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + t * kD + 4 * lane);
+    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + qk_at(t, 4 * lane));
+    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + qk_at(t, 4 * lane));
     const float q0 = bf16lo_to_f32(qw.x), q1 = bf16hi_to_f32(qw.x), q2 = bf16lo_to_f32(qw.y), q3 = bf16hi_to_f32(qw.y);
     const float k0 = bf16lo_to_f32(kw.x), k1 = bf16hi_to_f32(kw.x), k2 = bf16lo_to_f32(kw.y), k3 = bf16hi_to_f32(kw.y);
     const float sq = warp_sum(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
@@ -418,7 +437,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
     if (t < L) acc += gate_log(gb[i] + gate.dtb, gate.A, p.lower_bound);
-    G[t * kD + k] = acc;
+    G[g_at(t, k)] = acc;
   }
   if (threadIdx.x < kC) {
     const int t = threadIdx.x;
@@ -433,8 +452,8 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
   }
   __syncthreads();
   if (half == 1) {
-    const float base = G[(kC / 2 - 1) * kD + k];
-    for (int i = 0; i < kC / 2; ++i) G[(kC / 2 + i) * kD + k] += base;
+    const float base = G[g_at(kC / 2 - 1, k)];
+    for (int i = 0; i < kC / 2; ++i) G[g_at(kC / 2 + i, k)] += base;
   }
 }
 
@@ -444,7 +463,7 @@ template <class S>
 __device__ __forceinline__ void scaled_operands(const S& sm) {
   const float* G = sm.G();
   const int k = threadIdx.x & (kD - 1);
-  const float gl = G[(kC - 1) * kD + k];
+  const float gl = G[g_at(kC - 1, k)];
   for (int t0 = threadIdx.x / kD * 4; t0 < kC; t0 += kThreads / kD * 4) {
     const float4 rq4 = *reinterpret_cast<const float4*>(sm.rq() + t0);
     const float4 rk4 = *reinterpret_cast<const float4*>(sm.rk() + t0);
@@ -452,14 +471,14 @@ __device__ __forceinline__ void scaled_operands(const S& sm) {
     float kd[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = (t0 + e) * kD + k;
-      const float g = G[i];
+      const int i = qk_at(t0 + e, k);
+      const float g = G[g_at(t0 + e, k)];
       sm.put_qg(t0 + e, k, tf32_round(bf16_to_f32(sm.mq()[i]) * rq[e] * exp_ftz(g)));
       kd[e] = tf32_round(bf16_to_f32(sm.mk()[i]) * rk[e] * exp_ftz(gl - g));
     }
     sm.put_kdt4(k, t0, make_float4(kd[0], kd[1], kd[2], kd[3]));
   }
-  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, exp_ftz(G[(kC - 1) * kD + threadIdx.x]));
+  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, exp_ftz(G[g_at(kC - 1, threadIdx.x)]));
 }
 
 // Step 3 for a strong decay, diagonal blocks: pairs (t, s) of one sub-chunk,
@@ -471,16 +490,16 @@ __device__ __forceinline__ void diagonal_blocks(const S& sm) {
   for (int r = 0; r < kC / kWarps; ++r) {
     const int t = r * kWarps + warp;  // rows t and t + 8 alternate in the sub-chunk position: balanced
     const int s0 = t / kSub * kSub;
-    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + t * kD + 4 * lane);
-    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + t * kD + 4 * lane);
-    const float4 gt = *reinterpret_cast<const float4*>(G + t * kD + 4 * lane);
+    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + qk_at(t, 4 * lane));
+    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + qk_at(t, 4 * lane));
+    const float4 gt = *reinterpret_cast<const float4*>(G + g_at(t, 4 * lane));
     const float qt[4] = {bf16lo_to_f32(qw.x), bf16hi_to_f32(qw.x), bf16lo_to_f32(qw.y), bf16hi_to_f32(qw.y)};
     const float kt[4] = {bf16lo_to_f32(kw.x), bf16hi_to_f32(kw.x), bf16lo_to_f32(kw.y), bf16hi_to_f32(kw.y)};
     const float gtv[4] = {gt.x, gt.y, gt.z, gt.w};
     const float rqt = sm.rq()[t], rkt = sm.rk()[t], bt = sm.beta()[t];
     for (int s = s0; s <= t; ++s) {
-      const U2 sw = *reinterpret_cast<const U2*>(sm.mk() + s * kD + 4 * lane);
-      const float4 gs = *reinterpret_cast<const float4*>(G + s * kD + 4 * lane);
+      const U2 sw = *reinterpret_cast<const U2*>(sm.mk() + qk_at(s, 4 * lane));
+      const float4 gs = *reinterpret_cast<const float4*>(G + g_at(s, 4 * lane));
       const float ks[4] = {bf16lo_to_f32(sw.x), bf16hi_to_f32(sw.x), bf16lo_to_f32(sw.y), bf16hi_to_f32(sw.y)};
       const float gsv[4] = {gs.x, gs.y, gs.z, gs.w};
       float a = 0.f, m = 0.f;
@@ -521,38 +540,47 @@ __device__ __forceinline__ bool factored_blocks_safe(const S& sm) {
   bool ok = true;
 #pragma unroll
   for (int b = 2 * half; b < 2 * half + 2; ++b) {
-    const float first = G[(kSub * b) * kD + k], mid = G[(kSub * b + 7) * kD + k],
-                last = G[(kSub * b + kSub - 1) * kD + k];
+    const float first = G[g_at(kSub * b, k)], mid = G[g_at(kSub * b + 7, k)], last = G[g_at(kSub * b + kSub - 1, k)];
     ok = ok && first - mid <= kMaxHalfSpan && mid - last <= kMaxHalfSpan;
   }
   return ok;
 }
 
 // Block (i, j <= i) of A and M on one warp, every pair (t, s) factored through
-// the reference row R of G: A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}],
+// the reference row R (row `ref` of G): A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}],
 // M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}]. The
 // caller picks R so that no factor overflows. Above the diagonal A is zero (the
 // A Δ product reads whole 8 x 8 tiles); M there is never read.
 template <class S>
-__device__ __forceinline__ void factored_block(const S& sm, int i, int j, const float* R) {
+__device__ __forceinline__ void factored_block(const S& sm, int i, int j, int ref) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const float* G = sm.G();
   const unsigned short* mq = sm.mq();
   const unsigned short* mk = sm.mk();
   const int t0 = kSub * i + g, t1 = t0 + 8;
   float ca[2][4] = {}, cm[2][4] = {};
-  // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte load of G.
-  auto pair_bf16 = [](const unsigned short* row, int k) { return *reinterpret_cast<const unsigned*>(row + k); };
-  auto pair_f32 = [](const float* row, int k) { return *reinterpret_cast<const float2*>(row + k); };
+  // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte
+  // load of G. Every row the lane reads but R has t & 7 = g, so one column
+  // XOR serves its bf16 rows (qk_at), and G's rows t0 and s of tile 0 share
+  // theirs, t1 and tile 1's (8 rows further) that one ^ 16 (g_at).
+  const int xb = g << 3, xg = ((g ^ (g >> 2)) & 3) << 3;
+  const float* G0 = G + t0 * kD;
+  const float* G1 = G + t1 * kD;
+  const unsigned short* Q0 = mq + t0 * kD;
+  const unsigned short* Q1 = mq + t1 * kD;
+  const unsigned short* K0 = mk + t0 * kD;
+  const unsigned short* K1 = mk + t1 * kD;
+  auto pair_bf16 = [](const unsigned short* m, int c) { return *reinterpret_cast<const unsigned*>(m + c); };
+  auto pair_f32 = [](const float* row, int c) { return *reinterpret_cast<const float2*>(row + c); };
 #pragma unroll 4
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const int k = 8 * kk + 2 * q;
-    const float2 r = pair_f32(R, k);
-    const float2 g0 = pair_f32(G + t0 * kD, k), g1 = pair_f32(G + t1 * kD, k);
+    const int k = 8 * kk + 2 * q, kb = k ^ xb, kg0 = k ^ xg, kg1 = kg0 ^ 16;
+    const float2 r = *reinterpret_cast<const float2*>(G + g_at(ref, k));
+    const float2 g0 = pair_f32(G0, kg0), g1 = pair_f32(G1, kg1);
     const float e00 = exp_ftz(g0.x - r.x), e01 = exp_ftz(g0.y - r.y);
     const float e10 = exp_ftz(g1.x - r.x), e11 = exp_ftz(g1.y - r.y);
-    const unsigned q0w = pair_bf16(mq + t0 * kD, k), q1w = pair_bf16(mq + t1 * kD, k);
-    const unsigned k0w = pair_bf16(mk + t0 * kD, k), k1w = pair_bf16(mk + t1 * kD, k);
+    const unsigned q0w = pair_bf16(Q0, kb), q1w = pair_bf16(Q1, kb);
+    const unsigned k0w = pair_bf16(K0, kb), k1w = pair_bf16(K1, kb);
     const unsigned qa0 = to_tf32(bf16lo_to_f32(q0w) * e00), qa2 = to_tf32(bf16hi_to_f32(q0w) * e01);
     const unsigned qa1 = to_tf32(bf16lo_to_f32(q1w) * e10), qa3 = to_tf32(bf16hi_to_f32(q1w) * e11);
     const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
@@ -560,8 +588,8 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, const 
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int s = kSub * j + 8 * nt + g;
-      const unsigned sw = pair_bf16(mk + s * kD, k);
-      const float2 gs = pair_f32(G + s * kD, k);
+      const unsigned sw = pair_bf16(mk + s * kD, kb);
+      const float2 gs = pair_f32(G + s * kD, nt == 0 ? kg0 : kg1);
       const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * exp_ftz(r.x - gs.x));
       const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * exp_ftz(r.y - gs.y));
       mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
@@ -601,7 +629,7 @@ __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
     }
     const int j = task - first;
     const int ref_row = below_only ? kSub * i - 1 : kSub * i + 7;
-    factored_block(sm, i, j, sm.G() + ref_row * kD);
+    factored_block(sm, i, j, ref_row);
   }
 }
 
@@ -710,11 +738,11 @@ __device__ __forceinline__ void apply_inverse(const S& sm) {
       const int c = 8 * (warp + kWarps * j) + g;
       float v0 = 0.f, v1 = 0.f;
       if (c < kD) {
-        v0 = ks0 * bf16_to_f32(sm.mk()[s0 * kD + c]) * exp_ftz(G[s0 * kD + c]);
-        v1 = ks1 * bf16_to_f32(sm.mk()[(s0 + 1) * kD + c]) * exp_ftz(G[(s0 + 1) * kD + c]);
+        v0 = ks0 * bf16_to_f32(sm.mk()[qk_at(s0, c)]) * exp_ftz(G[g_at(s0, c)]);
+        v1 = ks1 * bf16_to_f32(sm.mk()[qk_at(s0 + 1, c)]) * exp_ftz(G[g_at(s0 + 1, c)]);
       } else if (c < kSolveCols) {
-        v0 = bs0 * bf16_to_f32(sm.mv()[s0 * kVRows + c - kD]);
-        v1 = bs1 * bf16_to_f32(sm.mv()[(s0 + 1) * kVRows + c - kD]);
+        v0 = bs0 * bf16_to_f32(sm.mv()[v_at(s0, c - kD)]);
+        v1 = bs1 * bf16_to_f32(sm.mv()[v_at(s0 + 1, c - kD)]);
       }
       b[j][0] = to_tf32(v0);
       b[j][1] = to_tf32(v1);
@@ -1228,10 +1256,10 @@ __device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int 
 // the scratch swizzle their columns, since their rows are 64 floats (32 banks
 // twice) with no room for padding.
 enum : int {
-  kIOffMq = 0,                            // bf16 [kC][kD]: m of q
-  kIOffMk = kIOffMq + kC * kD * 2,        // bf16 [kC][kD]: m of k
-  kIOffMv = kIOffMk + kC * kD * 2,        // bf16 [kC][kVRows]: m of v
-  kIOffG = kIOffMv + kC * kVRows * 2,     // f32 [kC][kD]: cumulative log decay
+  kIOffMq = 0,                            // bf16 [kC][kD]: m of q, element (t, c) at qk_at(t, c)
+  kIOffMk = kIOffMq + kC * kD * 2,        // bf16 [kC][kD]: m of k, at qk_at
+  kIOffMv = kIOffMk + kC * kD * 2,        // bf16 [kC][kVRows]: m of v, at v_at
+  kIOffG = kIOffMv + kC * kVRows * 2,     // f32 [kC][kD]: cumulative log decay, at g_at
   kIOffM = kIOffG + kC * kD * 4,          // f32 [kC][kC]: M (strictly lower)
   kIOffT = kIOffM + kC * kC * 4,          // f32 [kC][kC]: (I + M)^-1, element (r, c) at t_at(r, c)
   kIOffKdT = kIOffM,                      // step 2: f32 [kD][kC] over M and T, element (k, t) at kdt_at(k, t)
