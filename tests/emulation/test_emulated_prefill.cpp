@@ -145,10 +145,12 @@ TEST_CASE("emulated prefill kernel: route twopass, row tensors not 8-byte aligne
             KDAJIT_GATE_BOUNDED, 9805, c);
 }
 
-TEST_CASE("emulated prefill kernel: route twopass, 1 and 4 state pass CTAs per (sequence, head)", "[emulation][prefill]") {
-  // N x H = 6: P = 1 on 2 SMs (every state warp in one CTA), P = 4 on 24.
+TEST_CASE("emulated prefill kernel: route twopass, 1, 2 and 4 state pass CTAs per (sequence, head)",
+          "[emulation][prefill]") {
+  // N x H = 6: P = 1 on 2 SMs (every state warp in one CTA), P = 2 on 12
+  // (half of them), P = 4 on 24 (the warps of a group share its step 5).
   Call c = default_call();
-  for (int sms : {2, 24}) {
+  for (int sms : {2, 12, 24}) {
     c.sm_count = sms;
     check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
               KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9806 + static_cast<uint64_t>(sms), c);
