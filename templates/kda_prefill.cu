@@ -70,8 +70,8 @@ enum : int {
   kSWarps = kVRows / 16,         // warps of the state pass (16 value rows each)
   kChans = 2 * kD + kVRows,      // conv channels of this CTA: q, k, its v slice
   kConvRounds = (kChans + kThreads - 1) / kThreads,
-  kLdW = kD + 8,                 // row stride (floats) of W and Qg: [t][k]
-  kLdT = kC + 8,                 // row stride (floats) of KdT [k][t], UT [v][t], A [t][s]
+  kLdW = kD + 8,                 // the allocation's row stride (floats) of W and Qg (stored at cm_at)
+  kLdT = kC + 8,                 // row stride (floats) of UT [v][t]; the allocation's of KdT and A (at cm_at)
   kLdOb = kVRows + 8,            // row stride (bf16) of OB [t][v]
   kSolveCols = kD + kVRows,      // columns of the forward substitution: W's, then U's
 };
@@ -90,13 +90,13 @@ enum : int {
   kOffMv = kOffMk + kC * kD * 2,               // bf16 [kC][kVRows]: m of this CTA's v, at v_at
   kOffG = kOffMv + kC * kVRows * 2,            // f32 [kC][kD]: cumulative log decay, at g_at
   kEndInputs = kOffG + kC * kD * 4,
-  kOffW = 0,                                   // f32 [kC][kLdW]
+  kOffW = 0,                                   // f32 [kC][kD] at cm_at (the allocation: kC rows of kLdW)
   kOffUT = kOffW + kC * kLdW * 4,              // f32 [kVRows][kLdT]
   kEndSolved = kOffUT + kVRows * kLdT * 4,
   kRegion1 = kEndInputs > kEndSolved ? kEndInputs : kEndSolved,
-  kOffQg = kRegion1,                           // f32 [kC][kLdW]: q̂ ∘ Γ (tf32-rounded)
-  kOffKdT = kOffQg + kC * kLdW * 4,            // f32 [kD][kLdT]: (k̂ ∘ Γ_C / Γ)^T (tf32-rounded)
-  kOffA = kOffKdT + kD * kLdT * 4,             // f32 [kC][kLdT]: A (tf32-rounded, zero above the diagonal)
+  kOffQg = kRegion1,                           // f32 [kC][kD] at cm_at: q̂ ∘ Γ (tf32-rounded)
+  kOffKdT = kOffQg + kC * kLdW * 4,            // f32 [kD][kC] at cm_at: (k̂ ∘ Γ_C / Γ)^T (tf32-rounded)
+  kOffA = kOffKdT + kD * kLdT * 4,             // f32 [kC][kC] at cm_at: A (tf32-rounded, zero above the diagonal)
   kOffM = kOffA + kC * kLdT * 4,               // f32 [kC][kC]: M (strictly lower)
   kOffOb = kOffM + kC * kC * 4,                // bf16 [kC][kLdOb]: round_bf16(o) of this CTA's values (steps 5, 6)
   kOffT = kOffOb,                              // f32 [kC][kLdT]: (I + M)^-1 (step 4), over OB
@@ -114,6 +114,20 @@ enum : int {
 static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
 static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
 
+// Step 5's B operands (W and Q̂ ∘ Γ [t][k], KdT [k][s], A [t][s]; kCols
+// columns, the contraction index) in shared memory and in route twopass's
+// unit: wgmma's canonical K-major layout without swizzle, core matrices of 8
+// rows x 4 columns as 128 contiguous bytes, the kCols / 4 core matrices of
+// a row block in a row, row block after row block. Within each group of 8
+// columns, slot i holds column 2i (i < 4) or 2(i - 4) + 1 (i >= 4): an
+// accumulator tile's pair of columns 2q, 2q + 1 is an A fragment's q, q + 4,
+// so the B fragment of lane (g, q) is slot q and slot q + 4 of row g: one
+// 4-byte load from each of two core matrices, 32 lanes on 32 banks.
+template <int kCols>
+__device__ __forceinline__ int cm_at(int r, int c) {
+  const int slot = (c & ~7) | ((c & 1) << 2) | ((c & 7) >> 1);
+  return ((r >> 3) * (kCols / 4) + (slot >> 2)) * 32 + (r & 7) * 4 + (slot & 3);
+}
 struct Smem {
   unsigned char* base;
   __device__ unsigned short* mq() const { return reinterpret_cast<unsigned short*>(base + kOffMq); }
@@ -137,12 +151,18 @@ struct Smem {
   __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kOffClusterSum); }
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
-  __device__ void put_qg(int t, int k, float x) const { Qg()[t * kLdW + k] = x; }
-  __device__ void put_kdt4(int k, int t0, float4 x) const { *reinterpret_cast<float4*>(KdT() + k * kLdT + t0) = x; }
+  __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
+  __device__ void put_kdt4(int k, int t0, float4 x) const {
+    float* d = KdT();
+    d[cm_at<kC>(k, t0)] = x.x;
+    d[cm_at<kC>(k, t0 + 1)] = x.y;
+    d[cm_at<kC>(k, t0 + 2)] = x.z;
+    d[cm_at<kC>(k, t0 + 3)] = x.w;
+  }
   __device__ void publish_kdt() const {}
   __device__ void put_gamma_c(int k, float x) const { gammaC()[k] = x; }
-  __device__ void put_a(int t, int s, float x) const { A()[t * kLdT + s] = x; }
-  __device__ void put_w(int t, int c, float x) const { W()[t * kLdW + c] = x; }
+  __device__ void put_a(int t, int s, float x) const { A()[cm_at<kC>(t, s)] = x; }
+  __device__ void put_w(int t, int c, float x) const { W()[cm_at<kD>(t, c)] = x; }
   __device__ void put_ut(int v, int t, float x) const { UT()[v * kLdT + t] = x; }
   __device__ int t_at(int r, int c) const { return r * kLdT + c; }  // (I + M)^-1 element (r, c)
   __device__ unsigned long long* unit_bar() const { return reinterpret_cast<unsigned long long*>(base + kOffUnitBar); }
@@ -177,6 +197,15 @@ __device__ __forceinline__ void mma_b(const float* row, int q, unsigned& b0, uns
   const float2 v = *reinterpret_cast<const float2*>(row + 2 * q);
   b0 = __float_as_uint(v.x);
   b1 = __float_as_uint(v.y);
+}
+
+// The B fragment of rows 8 nt .. and columns 8 kk .. of such an array.
+template <int kCols>
+__device__ __forceinline__ void mma_b_cm(const float* m, int nt, int kk, int g, int q, unsigned& b0,
+                                         unsigned& b1) {
+  const float* cm = m + (nt * (kCols / 4) + 2 * kk) * 32 + 4 * g + q;
+  b0 = __float_as_uint(cm[0]);
+  b1 = __float_as_uint(cm[32]);
 }
 
 // ---- the prefill kernels' exponentials ----
@@ -906,9 +935,9 @@ __device__ __forceinline__ void add_state_products(const Smem& sm, float (&d)[4]
                                                    int nt, int kk) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   unsigned b0, b1;
-  mma_b(sm.W() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+  mma_b_cm<kD>(sm.W(), nt, kk, g, q, b0, b1);
   mma_tf32(d, a[0], a[1], a[2], a[3], b0, b1);
-  mma_b(sm.Qg() + (8 * nt + g) * kLdW + 8 * kk, q, b0, b1);
+  mma_b_cm<kD>(sm.Qg(), nt, kk, g, q, b0, b1);
   mma_tf32(o, a[0], a[1], a[2], a[3], b0, b1);
 }
 // Step 5's products on one tile of the warp, with Δ^T's A fragments da over
@@ -920,7 +949,7 @@ __device__ __forceinline__ void add_delta_a(const Smem& sm, float (&o)[4], const
   for (int ks = 0; ks < kC / 8; ++ks) {
     if (ks > nt) break;
     unsigned b0, b1;
-    mma_b(sm.A() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+    mma_b_cm<kC>(sm.A(), nt, ks, g, q, b0, b1);
     mma_tf32(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
   }
 }
@@ -929,7 +958,7 @@ __device__ __forceinline__ void add_delta_kd(const Smem& sm, float (&c)[4], cons
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks) {
     unsigned b0, b1;
-    mma_b(sm.KdT() + (8 * nt + g) * kLdT + 8 * ks, q, b0, b1);
+    mma_b_cm<kC>(sm.KdT(), nt, ks, g, q, b0, b1);
     mma_tf32(c, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
   }
 }
@@ -1214,11 +1243,11 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
 // not hold it (a query_start_loc that is not non-decreasing) itself, so the
 // route computes every call as the fused ones do.
 enum : int {
-  kUnitW = 16,                             // f32 [kC][kD]; bytes 0..7: the (n, j) it holds
+  kUnitW = 16,                             // f32 [kC][kD] at cm_at; bytes 0..7: the (n, j) it holds
   kUnitUT = kUnitW + kC * kD * 4,          // f32 [kD][kC]
-  kUnitQg = kUnitUT + kD * kC * 4,         // f32 [kC][kD]
-  kUnitKdT = kUnitQg + kC * kD * 4,        // f32 [kD][kC]
-  kUnitA = kUnitKdT + kD * kC * 4,         // f32 [kC][kC]
+  kUnitQg = kUnitUT + kD * kC * 4,         // f32 [kC][kD] at cm_at
+  kUnitKdT = kUnitQg + kC * kD * 4,        // f32 [kD][kC] at cm_at
+  kUnitA = kUnitKdT + kD * kC * 4,         // f32 [kC][kC] at cm_at
   kUnitGammaC = kUnitA + kC * kC * 4,      // f32 [kD]
   kUnitBytes = (kUnitGammaC + kD * 4 + 127) / 128 * 128,
 };
@@ -1287,7 +1316,7 @@ struct IntraSmem {
   __device__ float* beta() const { return reinterpret_cast<float*>(base + kIOffBeta); }
   static constexpr bool kSolvedInRegion1 = false;
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
-  __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[t * kD + k] = x; }
+  __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
   // Logical columns t0 .. t0 + 3 (t0 a multiple of 4) of scratch row k are
   // the float4 at t0 ^ 4 (k % 8): the 8 rows a quarter-warp stores (and the
   // 8 float4 of a row it reads) fall in distinct banks.
@@ -1295,22 +1324,30 @@ struct IntraSmem {
   __device__ void put_kdt4(int k, int t0, float4 x) const {
     *reinterpret_cast<float4*>(reinterpret_cast<float*>(base + kIOffKdT) + kdt_at(k, t0)) = x;
   }
-  // The scratch to the unit's rows (between two barriers).
+  // The scratch to the unit (between two barriers), columns t .. t + 3 of
+  // row k a thread (t a multiple of 4): its even columns are a float2 of the
+  // unit (cm_at's slots t % 8 / 2 ..), its odd ones the float2 32 floats on.
   __device__ void publish_kdt() const {
     __syncthreads();  // every put_kdt4 is in the scratch
     const float* src = reinterpret_cast<const float*>(base + kIOffKdT);
     float* dst = out(kUnitKdT);
     for (int i = threadIdx.x; i < kD * kC / 4; i += kThreads) {
       const int k = i / (kC / 4), t = 4 * (i % (kC / 4));
-      *reinterpret_cast<float4*>(dst + k * kC + t) = *reinterpret_cast<const float4*>(src + kdt_at(k, t));
+      const float4 x = *reinterpret_cast<const float4*>(src + kdt_at(k, t));
+      float* cm = dst + cm_at<kC>(k, t);
+      *reinterpret_cast<float2*>(cm) = make_float2(x.x, x.z);
+      *reinterpret_cast<float2*>(cm + 32) = make_float2(x.y, x.w);
     }
     __syncthreads();  // the scratch is free for M and T
   }
   __device__ void put_gamma_c(int k, float x) const { out(kUnitGammaC)[k] = x; }
-  __device__ void put_a(int t, int s, float x) const { out(kUnitA)[t * kC + s] = x; }
-  // Elements (t, c), (t, c + 1) of W and (v, t), (v, t + 1) of U^T; c and t even.
+  __device__ void put_a(int t, int s, float x) const { out(kUnitA)[cm_at<kC>(t, s)] = x; }
+  // Elements (t, c), (t, c + 1) of W (c even: slots q and q + 4 of cm_at, 4
+  // bytes each) and (v, t), (v, t + 1) of U^T (t even: 8 bytes).
   __device__ void put_w2(int t, int c, float x0, float x1) const {
-    *reinterpret_cast<float2*>(out(kUnitW) + t * kD + c) = make_float2(x0, x1);
+    float* w = out(kUnitW) + cm_at<kD>(t, c);
+    w[0] = x0;
+    w[32] = x1;
   }
   __device__ void put_ut2(int v, int t, float x0, float x1) const {
     *reinterpret_cast<float2*>(out(kUnitUT) + v * kC + t) = make_float2(x0, x1);
@@ -1320,13 +1357,16 @@ struct IntraSmem {
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 7) << 3)); }
 };
 // The state pass kernel's copies of a unit into the buffers step 5 reads (of
-// U^T, the CTA's value rows [vlo, vhi)), by the bulk copy engine, a row per
-// thread, in two parts: what d and o read first (W, U^T, Q̂ ∘ Γ), then the
-// rest. Both complete one phase of sm.unit_bar(), whose bytes the first part
-// announces; every thread of the CTA calls both parts, after the barrier that
-// ends the buffers' last reads (each issuing thread orders those reads before
-// its copy with a proxy fence).
-static_assert(2 * kC + kD <= kThreads && kD + kC + 1 <= kThreads, "one row of a part per thread");
+// U^T, the CTA's value rows [vlo, vhi)), by the bulk copy engine, a piece
+// per thread: a row of U^T, or kCopyFloats of W, Q̂ ∘ Γ, KdT or A, whose
+// layout (cm_at) is the same in the unit and in shared memory; in two parts:
+// what d and o read first (W, U^T, Q̂ ∘ Γ), then the rest. Both complete one
+// phase of sm.unit_bar(), whose bytes the first part announces; every thread
+// of the CTA calls both parts, after the barrier that ends the buffers' last
+// reads (each issuing thread orders those reads before its copy with a proxy
+// fence).
+enum : int { kCopyFloats = 128, kCmPieces = kC * kD / kCopyFloats, kAPieces = kC * kC / kCopyFloats };
+static_assert(2 * kCmPieces + kD <= kThreads && kCmPieces + kAPieces + 1 <= kThreads, "one piece of a part per thread");
 __device__ __forceinline__ unsigned unit_copy_bytes(int vlo, int vhi) {
   return (2 * kC * kD + kD * kC + kC * kC + kD + (vhi - vlo) * kC) * 4;
 }
@@ -1338,17 +1378,21 @@ __device__ __forceinline__ void unit_row_copy(float* dst, const unsigned char* u
 __device__ __forceinline__ void load_unit_first(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
   unsigned long long* bar = sm.unit_bar();
   if (threadIdx.x == 0) mbar_arrive_expect_tx(bar, unit_copy_bytes(vlo, vhi));
-  const int r = threadIdx.x, rows = vhi - vlo;  // W's rows, U^T's rows [vlo, vhi), Q̂ ∘ Γ's
-  if (r < kC) unit_row_copy(sm.W() + r * kLdW, unit, kUnitW + r * kD * 4, kD, bar);
-  else if (r < kC + rows) unit_row_copy(sm.UT() + (vlo + r - kC) * kLdT, unit, kUnitUT + (vlo + r - kC) * kC * 4, kC, bar);
-  else if (r < 2 * kC + rows) unit_row_copy(sm.Qg() + (r - kC - rows) * kLdW, unit, kUnitQg + (r - kC - rows) * kD * 4, kD, bar);
+  const int r = threadIdx.x, rows = vhi - vlo;  // W's pieces, U^T's rows [vlo, vhi), Q̂ ∘ Γ's pieces
+  constexpr int f = kCopyFloats;
+  if (r < kCmPieces) unit_row_copy(sm.W() + r * f, unit, kUnitW + r * f * 4, f, bar);
+  else if (r < kCmPieces + rows)
+    unit_row_copy(sm.UT() + (vlo + r - kCmPieces) * kLdT, unit, kUnitUT + (vlo + r - kCmPieces) * kC * 4, kC, bar);
+  else if (r < 2 * kCmPieces + rows)
+    unit_row_copy(sm.Qg() + (r - kCmPieces - rows) * f, unit, kUnitQg + (r - kCmPieces - rows) * f * 4, f, bar);
 }
 __device__ __forceinline__ void load_unit_rest(const Smem& sm, const unsigned char* unit) {
   unsigned long long* bar = sm.unit_bar();
-  const int r = threadIdx.x;  // KdT's rows, A's, Γ_C
-  if (r < kD) unit_row_copy(sm.KdT() + r * kLdT, unit, kUnitKdT + r * kC * 4, kC, bar);
-  else if (r < kD + kC) unit_row_copy(sm.A() + (r - kD) * kLdT, unit, kUnitA + (r - kD) * kC * 4, kC, bar);
-  else if (r == kD + kC) unit_row_copy(sm.gammaC(), unit, kUnitGammaC, kD, bar);
+  const int r = threadIdx.x;  // KdT's pieces, A's, Γ_C
+  constexpr int f = kCopyFloats;
+  if (r < kCmPieces) unit_row_copy(sm.KdT() + r * f, unit, kUnitKdT + r * f * 4, f, bar);
+  else if (r < kCmPieces + kAPieces) unit_row_copy(sm.A() + (r - kCmPieces) * f, unit, kUnitA + (r - kCmPieces) * f * 4, f, bar);
+  else if (r == kCmPieces + kAPieces) unit_row_copy(sm.gammaC(), unit, kUnitGammaC, kD, bar);
 }
 __device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
   load_unit_first(sm, unit, vlo, vhi);
