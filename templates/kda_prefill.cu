@@ -48,6 +48,9 @@
 #ifndef KDA_TWOPASS
 #define KDA_TWOPASS 0  // route twopass (kda_prefill_twopass.cu): the intra-chunk kernel and a workspace
 #endif
+#ifndef KDA_WGMMA
+#define KDA_WGMMA 0  // hole: 1 where route twopass's state pass runs step 5 at P <= 2 on wgmma (sm_90a)
+#endif
 
 // One program for every head count: H is the grid's x dimension (gridDim.x),
 // never a hole (kda_primitives.cuh). Likewise for both state dtypes and conv
@@ -77,6 +80,7 @@ enum : int {
 };
 constexpr bool kChunk = KDA_CHUNK != 0;
 constexpr bool kTwopass = KDA_TWOPASS != 0;
+constexpr bool kWgmma = KDA_TWOPASS != 0 && KDA_WGMMA != 0;
 static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
 static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
 static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
@@ -1031,6 +1035,102 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   }
 }
 
+#if KDA_WGMMA
+// ---- Step 5 at P <= 2 on wgmma (docs/DESIGN.md, "Step 5 at P <= 2 on wgmma") ----
+// The warpgroup's m64nN f32 accumulators and its m64k8 tf32 A fragments from
+// registers are, per warp, mma.sync m16n8k8's: d[j][e] is (row 16 w + g + 8
+// (e / 2), column 8 j + 2q + e % 2) of the warpgroup's tile, so a StateTile
+// is the m64n128 accumulator of its warpgroup's 64 rows. B comes from a
+// cm_at array by a descriptor: no swizzle, leading byte offset 128 (the next
+// 4 columns), stride byte offset `sbo` (the next 8 rows).
+__device__ __forceinline__ unsigned long long cm_desc(const float* m, unsigned sbo) {
+  const unsigned long long addr = __cvta_generic_to_shared(m);
+  return ((addr & 0x3FFFFull) >> 4) | (8ull << 16) | (static_cast<unsigned long long>(sbo >> 4) << 32);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Until at most kPending of the committed groups are still running (their
+// A registers and accumulators are the warpgroup's again after it).
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// d += a (rows x 8 columns of the contraction) x B (8 x n by desc), tf32 products, f32 sums.
+__device__ __forceinline__ void wgmma_n64(float (&d)[8][4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned long long desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+}
+__device__ __forceinline__ void wgmma_n128(float (&d)[16][4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned long long desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+}
+
+// Step 5 for the warpgroup of warp w < kSWarps (its 4 warps: local value rows
+// 64 (w / 4) ..), the products of state_pass on wgmma: B read once per
+// warpgroup from W, Q̂ ∘ Γ, A and KdT (cm_at), A operands from registers
+// (the state tile, then Δ^T), d and o as m64n64 accumulators. Writes
+// round_bf16(o) of the warp's rows to OB (route twopass: no Σ ob²).
+__device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int vl = 16 * warp;  // first local value row of this warp
+  float d[kC / 8][4], o[kC / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
+  // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k: a group per 8 columns
+  // of k, at most two in flight (each holds its 4 A registers until done).
+#pragma unroll
+  for (int kk = 0; kk < kD / 8; ++kk) {
+    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
+                   a3 = to_tf32(st.s[kk][3]);
+    wgmma_fence();
+    wgmma_n64(d, a0, a1, a2, a3, cm_desc(sm.W() + 64 * kk, kD / 4 * 128));
+    wgmma_n64(o, a0, a1, a2, a3, cm_desc(sm.Qg() + 64 * kk, kD / 4 * 128));
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  // Δ^T as A fragments over s (negated d); S diag(Γ_C).
+  unsigned da[kC / 8][4];
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    da[ks][0] = to_tf32(-d[ks][0]);
+    da[ks][1] = to_tf32(-d[ks][2]);
+    da[ks][2] = to_tf32(-d[ks][1]);
+    da[ks][3] = to_tf32(-d[ks][3]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt) scale_by_gamma(sm, st.s[nt], nt);
+  // o += Δ^T A^T (A is zero above its diagonal); S += Δ^T Kd.
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks)
+    wgmma_n64(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.A() + 64 * ks, kC / 4 * 128));
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks)
+    wgmma_n128(st.s, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.KdT() + 64 * ks, kC / 4 * 128));
+  wgmma_commit();
+  wgmma_wait<0>();
+  // round_bf16(o) (rounding point 3) to OB.
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 8 * nt + 2 * q + e;
+      sm.ob()[t * kLdOb + vl + g] = f32_to_bf16(o[nt][e]);
+      sm.ob()[t * kLdOb + vl + g + 8] = f32_to_bf16(o[nt][2 + e]);
+    }
+  }
+}
+#endif
+
 // Route twopass with P = 4 or 8 CTAs per (sequence, head) (kWg = P): the
 // CTA's 128 / P value rows are 8 / P groups of 16 (group `grp` of the CTA,
 // first value row vl), and the kWg warps of a group share its step 5. Each holds
@@ -1365,10 +1465,32 @@ struct IntraSmem {
 // of the CTA calls both parts, after the barrier that ends the buffers' last
 // reads (each issuing thread orders those reads before its copy with a proxy
 // fence).
-enum : int { kCopyFloats = 128, kCmPieces = kC * kD / kCopyFloats, kAPieces = kC * kC / kCopyFloats };
+// A piece of A is 8 rows (row block tb) by 16 columns (sub-chunk j); those
+// with j > tb / 2, strictly above the diagonal sub-chunk blocks, the kernels
+// never write (A is zero there): they are not copied, and the state pass
+// zeroes them in its shared memory once (zero_a_upper), since step 5 on
+// wgmma reads every element of A.
+enum : int {
+  kCopyFloats = 128,
+  kCmPieces = kC * kD / kCopyFloats,
+  kAPieces = (kC / 16) * (kC / 16 + 1),  // pieces with j <= tb / 2: 2 (1 + 2 + 3 + 4)
+};
+static_assert(kC == 64 && kCopyFloats == 128 && kAPieces == 20, "A's lower pieces as counted");
 static_assert(2 * kCmPieces + kD <= kThreads && kCmPieces + kAPieces + 1 <= kThreads, "one piece of a part per thread");
 __device__ __forceinline__ unsigned unit_copy_bytes(int vlo, int vhi) {
-  return (2 * kC * kD + kD * kC + kC * kC + kD + (vhi - vlo) * kC) * 4;
+  return (2 * kC * kD + kD * kC + kAPieces * kCopyFloats + kD + (vhi - vlo) * kC) * 4;
+}
+// Lower piece i of A (0 <= i < kAPieces): its row block tb and sub-chunk j.
+__device__ __forceinline__ int a_piece(int i) {
+  int tb = 0;
+  while (i >= tb / 2 + 1) i -= tb / 2 + 1, ++tb;
+  return tb * (kC / 16) + i;  // the piece's index in A (4 pieces a row block)
+}
+__device__ __forceinline__ void zero_a_upper(const Smem& sm) {
+  for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
+    const int piece = e / kCopyFloats, tb = piece / (kC / 16), j = piece % (kC / 16);
+    if (j > tb / 2) sm.A()[e] = 0.f;
+  }
 }
 __device__ __forceinline__ void unit_row_copy(float* dst, const unsigned char* unit, int off, int cols,
                                               unsigned long long* bar) {
@@ -1391,7 +1513,10 @@ __device__ __forceinline__ void load_unit_rest(const Smem& sm, const unsigned ch
   const int r = threadIdx.x;  // KdT's pieces, A's, Γ_C
   constexpr int f = kCopyFloats;
   if (r < kCmPieces) unit_row_copy(sm.KdT() + r * f, unit, kUnitKdT + r * f * 4, f, bar);
-  else if (r < kCmPieces + kAPieces) unit_row_copy(sm.A() + (r - kCmPieces) * f, unit, kUnitA + (r - kCmPieces) * f * 4, f, bar);
+  else if (r < kCmPieces + kAPieces) {
+    const int piece = a_piece(r - kCmPieces);
+    unit_row_copy(sm.A() + piece * f, unit, kUnitA + piece * f * 4, f, bar);
+  }
   else if (r == kCmPieces + kAPieces) unit_row_copy(sm.gammaC(), unit, kUnitGammaC, kD, bar);
 }
 __device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned char* unit, int vlo, int vhi) {
@@ -1518,6 +1643,8 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       mbar_init(sm.unit_bar());
       mbar_init_fence();
     }
+    zero_a_upper(sm);
+    fence_proxy_async();  // for step 5's wgmma, which reads them
     __syncthreads();
     loaded = len > 0 && unit_holds(p, unit_base(p, n), h, n, 0);
     if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h), vlo, vhi);
@@ -1541,6 +1668,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
         // ordered before them by this fence and the barriers in between.
         fence_proxy_async();
         if (threadIdx.x == 0) *twopass_flag(p) = 1;  // a chunk without its unit: the norm kernel walks
+        if constexpr (kWgmma) __syncthreads();  // the fences before step 5's wgmma reads of W, Q̂ ∘ Γ, A, KdT
       }
     }
     // Route twopass: the next chunk's unit, when it holds that chunk. At P = 4
@@ -1555,7 +1683,15 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     };
     if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
     else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
+#if KDA_WGMMA
+    // Route twopass at P <= 2 on wgmma: every warp, so that the warpgroup
+    // instructions are not under a branch ptxas sees as divergent (it then
+    // serializes them); at P = 2 the warpgroup outside [vlo, vhi) computes
+    // rows that nothing stores (its tile is never loaded or written back).
+    else state_pass_wg(sm, st);
+#else
     else if (state_warp) state_pass(sm, st);
+#endif
     __syncthreads();
     if constexpr (kTwopass) {
       if (wg > 1) state_reload(sm, st, grp);

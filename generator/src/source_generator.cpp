@@ -75,6 +75,7 @@ Result<std::string> generate_source(const KernelKey& key) {
                        kTwopassIntraSmemBytes);
   // The chunk op: q, k, v and dense states instead of the conv and the slot pool, no norm.
   if (key.op == Op::chunk) src += "#define KDA_CHUNK 1\n";
+  if (wgmma_state_pass(key)) src += "#define KDA_WGMMA 1\n";
   std::set<std::string_view> seen;
   KDAJIT_TRY(inline_template(route.template_file(key.op), seen, src));
   return src;

@@ -166,6 +166,58 @@ void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsi
   }
 }
 
+unsigned long long shared_window(const void* p) {
+  const auto& smem = current()->cta->smem;
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < smem.data() || b >= smem.data() + smem.size()) fatal("a shared-window address of memory outside the CTA's shared memory");
+  return static_cast<unsigned long long>(b - smem.data());
+}
+
+void wgmma_tf32(float* d, int n, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long desc) {
+  Cta& cta = *current()->cta;
+  const int tid = static_cast<int>(current()->tid.x), t = tid & 127;
+  WarpGroup& wg = cta.groups[tid >> 7];
+  const int b = static_cast<int>(wg.gen & 1);
+  wg.a[b][t][0] = a0, wg.a[b][t][1] = a1, wg.a[b][t][2] = a2, wg.a[b][t][3] = a3;
+  ++g_run->events;
+  const long long gen = wg.gen;
+  if (++wg.count == 128) {
+    wg.count = 0;
+    ++wg.gen;
+  } else {
+    while (wg.gen == gen) yield();
+  }
+  // A (64 x 8): thread t' = 32 w + 4 g + q holds (16 w + g, q), (+8, q), (16 w + g, q + 4), (+8, q + 4).
+  float A[64][8];
+  for (int u = 0; u < 128; ++u) {
+    const int w = u >> 5, g = (u >> 2) & 7, q = u & 3, r = 16 * w + g;
+    const unsigned* s = wg.a[b][u];
+    A[r][q] = tf32_value(s[0]);
+    A[r + 8][q] = tf32_value(s[1]);
+    A[r][q + 4] = tf32_value(s[2]);
+    A[r + 8][q + 4] = tf32_value(s[3]);
+  }
+  // B (8 x n), K-major without swizzle: element (k, col) at start + (col / 8) sbo + (k / 4) lbo + (col % 8) 16 + (k % 4) 4.
+  if ((desc >> 62) != 0) fatal("wgmma: a swizzled descriptor (the emulation knows no swizzle only)");
+  const size_t start = (desc & 0x3FFFull) << 4, lbo = ((desc >> 16) & 0x3FFFull) << 4, sbo = ((desc >> 32) & 0x3FFFull) << 4;
+  auto B = [&](int k, int col) {
+    const size_t at = start + (col / 8) * sbo + (k / 4) * lbo + (col % 8) * 16 + (k % 4) * 4;
+    if (at + 4 > cta.smem.size()) fatal("wgmma: a B element past the CTA's shared memory");
+    unsigned u;
+    std::memcpy(&u, cta.smem.data() + at, 4);
+    return tf32_value(u);
+  };
+  const int w = t >> 5, g = (t >> 2) & 7, q = t & 3;
+  for (int j = 0; j < n / 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * q + (e & 1);
+      float s = d[4 * j + e];
+      for (int k = 0; k < 8; ++k) s += A[row][k] * B(k, col);
+      d[4 * j + e] = s;
+    }
+  }
+}
+
 unsigned tf32_rna(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
   unsigned u = __float_as_uint(x);
   if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;

@@ -1,8 +1,8 @@
 // The CUDA device code of the prefill template (templates/kda_prefill.cu, both
 // ops) on the CPU, for the emulation tests: every thread of a CTA is a fiber
 // (ucontext) of one host thread, scheduled until it waits, so that
-// __syncthreads, the warp shuffles, mma.sync, the cluster barrier and the
-// mbarrier are ordinary waits. A cluster's CTAs run together, each with its own shared
+// __syncthreads, the warp shuffles, mma.sync, wgmma, the cluster barrier and
+// the mbarrier are ordinary waits. A cluster's CTAs run together, each with its own shared
 // memory, which a store to a peer rank reaches. emulate_source.py rewrites the
 // generated kernel source (kdajit show) onto the names below: each inline PTX
 // statement the template uses becomes a call here.
@@ -56,6 +56,13 @@ struct Warp {
   unsigned u[2][32][6]{};
 };
 
+// A warpgroup's exchange of wgmma's A fragments (4 registers a thread).
+struct WarpGroup {
+  long long gen = 0;
+  int count = 0;
+  unsigned a[2][128][4]{};
+};
+
 struct Cta {
   Dim3 block;
   int rank = 0;
@@ -63,6 +70,7 @@ struct Cta {
   long long bar_gen = 0;
   int bar_count = 0, bar_and = 1, bar_result = 1;
   Warp warps[16];
+  WarpGroup groups[4];
 };
 
 // The fiber running now.
@@ -84,6 +92,13 @@ int barrier_and(int pred);
 float shfl_xor(float v, int off);
 void warp_sync();  // __syncwarp(): the 32 lanes of the caller's warp meet
 void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);
+// wgmma.mma_async m64n{n}k8 f32 += tf32 x tf32, A from registers, B by a
+// no-swizzle descriptor into this CTA's shared memory; d holds the thread's
+// n / 2 accumulators (d[4 j + e]: row 16 w + g + 8 (e / 2), column 8 j + 2q
+// + e % 2 of its warpgroup's tile). The warpgroup's 128 threads meet first.
+void wgmma_tf32(float* d, int n, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long desc);
+// A shared-memory window address: the byte's offset in this CTA's dynamic shared memory.
+unsigned long long shared_window(const void* p);
 unsigned tf32_rna(float x);
 unsigned short bf16_rn(float x);
 int cluster_rank();
@@ -141,7 +156,7 @@ inline float __expf(float x) { return std::exp(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float log1pf(float x) { return std::log1p(x); }
-inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }
+inline unsigned long long __cvta_generic_to_shared(const void* p) { return ::kdajit::emu::shared_window(p); }
 inline int atomicAdd(int* p, int v) {  // one host thread: plain
   const int old = *p;
   *p += v;

@@ -148,17 +148,19 @@ TEST_CASE("emulated prefill kernel: route twopass, row tensors not 8-byte aligne
 TEST_CASE("emulated prefill kernel: route twopass, 1, 2 and 4 state pass CTAs per (sequence, head)",
           "[emulation][prefill]") {
   // N x H = 6: P = 1 on 2 SMs (every state warp in one CTA), P = 2 on 12
-  // (half of them), P = 4 on 24 (the warps of a group share its step 5).
-  // Every sequence starts from its slot's state, two run past one chunk, and
-  // the decay is weak (lower_bound -0.1), so that S W^T and S Qg^T weigh on
-  // every token row of a chunk (with the default call and gate, rows 8.. of
-  // W and Q̂ ∘ Γ are below the tolerance: a wrong row stride there passed).
+  // (half of them), P = 4 on 24 (the warps of a group share its step 5). On
+  // sm_90 step 5 at P <= 2 runs on wgmma, on sm_100a on mma.sync. Every
+  // sequence starts from its slot's state, two run past one chunk, and the
+  // decay is weak (lower_bound -0.1), so that S W^T and S Qg^T weigh on every
+  // token row of a chunk (with the default call and gate, rows 8.. of W and
+  // Q̂ ∘ Γ are below the tolerance: a wrong row stride there passed).
   Call c{{130, 0, 70}, {1, 2, 3}, {1, 1, 1}};
-  for (int sms : {2, 12, 24}) {
-    c.sm_count = sms;
-    check_key("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", KDAJIT_DTYPE_F32,
-              KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9806 + static_cast<uint64_t>(sms), c, 0, -0.1f);
-  }
+  for (const char* arch : {"sm_90", "sm_100a"})
+    for (int sms : {2, 12, 24}) {
+      c.sm_count = sms;
+      check_key(std::string("kda_prefill.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.") + arch,
+                KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9806 + static_cast<uint64_t>(sms), c, 0, -0.1f);
+    }
 }
 
 TEST_CASE("emulated prefill kernel: a strong decay (the per-element path for A and M), rowcta and split2", "[emulation][prefill]") {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include "kdajit/routes.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
 #include "kdajit/source_generator.hpp"
 
@@ -139,7 +140,8 @@ std::vector<std::string> canonical_options(const KernelKey& key) {
   // Fixed order: the options are part of the cache hash. No fast-math: the
   // numerics are specified against an f64 reference.
   return {
-      fmt::format("--gpu-architecture={}", to_string(key.arch)),
+      fmt::format("--gpu-architecture={}{}", to_string(key.arch),
+                  key.arch == Arch::sm_90 && wgmma_state_pass(key) ? "a" : ""),
       "--std=c++17",
       "-default-device",
       "--fmad=true",

@@ -11,6 +11,7 @@
 #include "kdajit/presets.hpp"
 #include "kdajit/routes.hpp"
 #include "kdajit/runtime/jit/compile.hpp"
+#include "kdajit/source_generator.hpp"
 #include "kdajit/templates.hpp"
 
 using namespace kdajit;
@@ -221,6 +222,31 @@ TEST_CASE("a head-count constant in a decode program is a compile error", "[comp
     CHECK(r.error().code == ErrorCode::compile_failed);
     CHECK(r.error().detail.find("head_count_is_head_count_p_in_this_program") != std::string::npos);
   }
+}
+
+TEST_CASE("route twopass's programs on Hopper compile for sm_90a with step 5 on wgmma, no other", "[compile]") {
+  auto key = [](Op op, Route route, Arch arch) {
+    return KernelKey{op, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, route, arch};
+  };
+  auto arch_option = [](const KernelKey& k) { return canonical_options(k).front(); };
+  for (Op op : {Op::prefill, Op::chunk}) {
+    CHECK(arch_option(key(op, Route::twopass, Arch::sm_90)) == "--gpu-architecture=sm_90a");
+    CHECK(arch_option(key(op, Route::twopass, Arch::sm_90a)) == "--gpu-architecture=sm_90a");
+    CHECK(arch_option(key(op, Route::twopass, Arch::sm_100a)) == "--gpu-architecture=sm_100a");
+    CHECK(arch_option(key(op, Route::rowcta, Arch::sm_90)) == "--gpu-architecture=sm_90");
+    CHECK(arch_option(key(op, Route::split2, Arch::sm_90)) == "--gpu-architecture=sm_90");
+    for (Arch arch : {Arch::sm_90, Arch::sm_90a, Arch::sm_100a})
+      for (Route route : {Route::twopass, Route::rowcta}) {
+        const KernelKey k = key(op, route, arch);
+        auto src = generate_source(k);
+        REQUIRE(src.ok());
+        INFO(key_name(k));
+        CHECK((src->find("#define KDA_WGMMA 1") != std::string::npos) ==
+              (route == Route::twopass && arch != Arch::sm_100a));
+      }
+  }
+  CHECK(arch_option(KernelKey{Op::single, 8, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta,
+                              Arch::sm_90}) == "--gpu-architecture=sm_90");
 }
 
 TEST_CASE("the ptxas report parser reads registers, spills, stack and smem", "[compile]") {
