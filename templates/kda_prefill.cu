@@ -935,6 +935,22 @@ __device__ __forceinline__ void init_delta_out(const Smem& sm, float (&d)[4], fl
   d[3] = -u1.y;
   o[0] = o[1] = o[2] = o[3] = 0.f;
 }
+// Δ^T as A fragments over s: the negated accumulators d of -Δ^T, tf32-rounded,
+// each tile's columns 2q, 2q + 1 as the fragment's q, q + 4.
+__device__ __forceinline__ void delta_fragments(const float (&d)[kC / 8][4], unsigned (&da)[kC / 8][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kC / 8; ++ks) {
+    da[ks][0] = to_tf32(-d[ks][0]);
+    da[ks][1] = to_tf32(-d[ks][2]);
+    da[ks][2] = to_tf32(-d[ks][1]);
+    da[ks][3] = to_tf32(-d[ks][3]);
+  }
+}
+// init_delta_out for every output tile of the warp's rows vl ..
+__device__ __forceinline__ void init_delta_out_all(const Smem& sm, float (&d)[kC / 8][4], float (&o)[kC / 8][4], int vl) {
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
+}
 __device__ __forceinline__ void add_state_products(const Smem& sm, float (&d)[4], float (&o)[4], const unsigned (&a)[4],
                                                    int nt, int kk) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -983,23 +999,15 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   const int vl = 16 * warp;  // first local value row of this warp
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k.
   float d[kC / 8][4], o[kC / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
+  init_delta_out_all(sm, d, o, vl);
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
     const unsigned a[4] = {to_tf32(st.s[kk][0]), to_tf32(st.s[kk][2]), to_tf32(st.s[kk][1]), to_tf32(st.s[kk][3])};
 #pragma unroll
     for (int nt = 0; nt < kC / 8; ++nt) add_state_products(sm, d[nt], o[nt], a, nt, kk);
   }
-  // Δ^T as A fragments over s (negated d).
   unsigned da[kC / 8][4];
-#pragma unroll
-  for (int ks = 0; ks < kC / 8; ++ks) {
-    da[ks][0] = to_tf32(-d[ks][0]);
-    da[ks][1] = to_tf32(-d[ks][2]);
-    da[ks][2] = to_tf32(-d[ks][1]);
-    da[ks][3] = to_tf32(-d[ks][3]);
-  }
+  delta_fragments(d, da);
   // o += Δ^T A^T.
 #pragma unroll
   for (int nt = 0; nt < kC / 8; ++nt) add_delta_a(sm, o[nt], da, nt);
@@ -1082,8 +1090,7 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const int vl = 16 * warp;  // first local value row of this warp
   float d[kC / 8][4], o[kC / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
+  init_delta_out_all(sm, d, o, vl);
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k: a group per 8 columns
   // of k, at most two in flight (each holds its 4 A registers until done).
 #pragma unroll
@@ -1097,15 +1104,9 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
     wgmma_wait<1>();
   }
   wgmma_wait<0>();
-  // Δ^T as A fragments over s (negated d); S diag(Γ_C).
+  // S diag(Γ_C).
   unsigned da[kC / 8][4];
-#pragma unroll
-  for (int ks = 0; ks < kC / 8; ++ks) {
-    da[ks][0] = to_tf32(-d[ks][0]);
-    da[ks][1] = to_tf32(-d[ks][2]);
-    da[ks][2] = to_tf32(-d[ks][1]);
-    da[ks][3] = to_tf32(-d[ks][3]);
-  }
+  delta_fragments(d, da);
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt) scale_by_gamma(sm, st.s[nt], nt);
   // o += Δ^T A^T (A is zero above its diagonal); S += Δ^T Kd.

@@ -71,17 +71,19 @@ void fiber_main(unsigned hi, unsigned lo) {
 
 Warp& my_warp() { return current()->cta->warps[current()->tid.x >> 5]; }
 
-// Every lane of the warp arrives; returns once the last has.
-void warp_arrive_wait(Warp& w) {
+// Every one of `n` threads arrives (count), the last starts the next
+// generation (gen); returns once it has.
+void arrive_wait(long long& gen, int& count, int n) {
   ++g_run->events;
-  const long long gen = w.gen;
-  if (++w.count == 32) {
-    w.count = 0;
-    ++w.gen;
+  const long long mine = gen;
+  if (++count == n) {
+    count = 0;
+    ++gen;
   } else {
-    while (w.gen == gen) yield();
+    while (gen == mine) yield();
   }
 }
+void warp_arrive_wait(Warp& w) { arrive_wait(w.gen, w.count, 32); }
 
 float tf32_value(unsigned u) { return __uint_as_float(u & 0xffffe000u); }
 
@@ -179,14 +181,7 @@ void wgmma_tf32(float* d, int n, unsigned a0, unsigned a1, unsigned a2, unsigned
   WarpGroup& wg = cta.groups[tid >> 7];
   const int b = static_cast<int>(wg.gen & 1);
   wg.a[b][t][0] = a0, wg.a[b][t][1] = a1, wg.a[b][t][2] = a2, wg.a[b][t][3] = a3;
-  ++g_run->events;
-  const long long gen = wg.gen;
-  if (++wg.count == 128) {
-    wg.count = 0;
-    ++wg.gen;
-  } else {
-    while (wg.gen == gen) yield();
-  }
+  arrive_wait(wg.gen, wg.count, 128);
   // A (64 x 8): thread t' = 32 w + 4 g + q holds (16 w + g, q), (+8, q), (16 w + g, q + 4), (+8, q + 4).
   float A[64][8];
   for (int u = 0; u < 128; ++u) {
