@@ -133,6 +133,12 @@ TEST_CASE("emulated chunk kernel: route twopass, ragged batch, one workspace ove
   check_key(key, s, 2, &ws);
   s.seed = 9806;
   check_key(key, s, 0, &ws, 24);
+  // And over 1 (12 SMs), with a weak decay, so that S W^T and S Qg^T weigh on
+  // every token row of a chunk (on sm_90, P <= 2 runs step 5 on wgmma).
+  s.seed = 9807;
+  s.lower_bound = -0.1f;
+  check_key(key, s, 0, &ws, 12);
+  s.lower_bound = -5.f;
   // bf16 state in FLA's layout, in place, without an initial state for none: the bounded program serves it.
   s.state = KDAJIT_DTYPE_BF16;
   s.in_place = true;
