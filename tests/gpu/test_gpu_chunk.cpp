@@ -123,6 +123,20 @@ TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[
   check_routes(c, {"rowcta", "split8", "twopass"});
 }
 
+TEST_CASE("chunk: route twopass at P = 8, 4, 2 and 1 state pass CTAs per (sequence, head)", "[gpu][chunk]") {
+  // The default 6 sequences at H = 2, 4, 8 and 16: the largest P with
+  // P x N x H <= 132 SMs is 8, 4, 2, 1 (on Hopper the unit multicast pairs at
+  // P = 8 and 4, step 5 on wgmma at 2 and 1); a weak decay.
+  uint64_t seed = 9310;
+  for (int h : {2, 4, 8, 16}) {
+    ChunkSpec s;
+    s.heads = h;
+    s.lower_bound = -0.1f;
+    s.seed = seed++;
+    check_routes(s, {"twopass"});
+  }
+}
+
 TEST_CASE("chunk: malformed cu_seqlens ranges give zero rows and leave their final state", "[gpu][chunk]") {
   ChunkSpec s;
   // [3, 70) live, [70, 60) malformed, [60, 200) live, [200, 200) empty,
