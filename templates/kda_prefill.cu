@@ -830,6 +830,16 @@ __device__ __forceinline__ void apply_inverse(const S& sm) {
 // tiles of 8 columns (rows g and g + 8, columns 8 nt + 2q and + 1).
 struct StateTile {
   float s[kD / 8][4];
+  // The tf32 A fragment (mma.sync m16n8k8's, wgmma m64k8's per warp) of
+  // columns 8 kk .. 8 kk + 7 for the products over k: the accumulator's
+  // registers 0, 2, 1, 3, since the B operands hold the contraction index
+  // permuted to match (cm_at).
+  __device__ void a_fragment(int kk, unsigned (&a)[4]) const {
+    a[0] = to_tf32(s[kk][0]);
+    a[1] = to_tf32(s[kk][2]);
+    a[2] = to_tf32(s[kk][1]);
+    a[3] = to_tf32(s[kk][3]);
+  }
 };
 
 // A head's state is [v][k] (state_v_stride D, state_k_stride 1: the slot
@@ -1002,7 +1012,8 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
   init_delta_out_all(sm, d, o, vl);
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const unsigned a[4] = {to_tf32(st.s[kk][0]), to_tf32(st.s[kk][2]), to_tf32(st.s[kk][1]), to_tf32(st.s[kk][3])};
+    unsigned a[4];
+    st.a_fragment(kk, a);
 #pragma unroll
     for (int nt = 0; nt < kC / 8; ++nt) add_state_products(sm, d[nt], o[nt], a, nt, kk);
   }
@@ -1095,11 +1106,11 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
   // of k, at most two in flight (each holds its 4 A registers until done).
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const unsigned a0 = to_tf32(st.s[kk][0]), a1 = to_tf32(st.s[kk][2]), a2 = to_tf32(st.s[kk][1]),
-                   a3 = to_tf32(st.s[kk][3]);
+    unsigned a[4];
+    st.a_fragment(kk, a);
     wgmma_fence();
-    wgmma_n64(d, a0, a1, a2, a3, cm_desc(sm.W() + 64 * kk, kD / 4 * 128));
-    wgmma_n64(o, a0, a1, a2, a3, cm_desc(sm.Qg() + 64 * kk, kD / 4 * 128));
+    wgmma_n64(d, a[0], a[1], a[2], a[3], cm_desc(sm.W() + 64 * kk, kD / 4 * 128));
+    wgmma_n64(o, a[0], a[1], a[2], a[3], cm_desc(sm.Qg() + 64 * kk, kD / 4 * 128));
     wgmma_commit();
     wgmma_wait<1>();
   }
@@ -1169,7 +1180,8 @@ __device__ __forceinline__ void state_pass_shared(const Smem& sm, StateTile& st,
   for (int j = 0; j < kTiles; ++j) init_delta_out(sm, d[j], o[j], vl, sub + kWg * j);
 #pragma unroll
   for (int kk = 0; kk < kD / 8; ++kk) {
-    const unsigned a[4] = {to_tf32(st.s[kk][0]), to_tf32(st.s[kk][2]), to_tf32(st.s[kk][1]), to_tf32(st.s[kk][3])};
+    unsigned a[4];
+    st.a_fragment(kk, a);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) add_state_products(sm, d[j], o[j], a, sub + kWg * j, kk);
   }
