@@ -125,8 +125,8 @@ TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[
 
 TEST_CASE("chunk: route twopass at P = 8, 4, 2 and 1 state pass CTAs per (sequence, head)", "[gpu][chunk]") {
   // The default 6 sequences at H = 2, 4, 8 and 16: the largest P with
-  // P x N x H <= 132 SMs is 8, 4, 2, 1 (on Hopper the unit multicast pairs at
-  // P = 8 and 4, step 5 on wgmma at 2 and 1); a weak decay.
+  // P x N x H <= 132 SMs is 8, 4, 2, 1 (state_pass_shared at P = 8 and 4,
+  // on Hopper step 5 on wgmma at 2 and 1); a weak decay.
   uint64_t seed = 9310;
   for (int h : {2, 4, 8, 16}) {
     ChunkSpec s;

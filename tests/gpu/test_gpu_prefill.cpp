@@ -429,9 +429,9 @@ TEST_CASE("prefill: has_initial_state empty (every sequence starts from its slot
 
 TEST_CASE("prefill: route twopass at P = 8, 4, 2 and 1 state pass CTAs per (sequence, head)", "[gpu][prefill]") {
   // The ragged batch's 8 sequences at H = 2, 4, 8 and 16: the largest P with
-  // P x N x H <= 132 SMs is 8, 4, 2, 1 (on Hopper the unit multicast pairs at
-  // P = 8 and 4, step 5 on wgmma at 2 and 1). A weak decay, so that the
-  // state's products weigh on every row of a chunk.
+  // P x N x H <= 132 SMs is 8, 4, 2, 1 (state_pass_shared at P = 8 and 4,
+  // on Hopper step 5 on wgmma at 2 and 1). A weak decay, so that the state's
+  // products weigh on every row of a chunk.
   uint64_t seed = 6160;
   for (int h : {2, 4, 8, 16}) {
     PrefillSpec s = ragged_spec(h, KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, seed++);
