@@ -49,7 +49,7 @@
 #define KDA_TWOPASS 0  // route twopass (kda_prefill_twopass.cu): the intra-chunk kernel and a workspace
 #endif
 #ifndef KDA_WGMMA
-#define KDA_WGMMA 0  // hole: 1 where route twopass's state pass runs step 5 at P <= 2 on wgmma (sm_90a)
+#define KDA_WGMMA 0  // hole: 1 where step 5 runs on wgmma (sm_90a): route twopass at P <= 2, rowcta
 #endif
 
 // One program for every head count: H is the grid's x dimension (gridDim.x),
@@ -80,7 +80,7 @@ enum : int {
 };
 constexpr bool kChunk = KDA_CHUNK != 0;
 constexpr bool kTwopass = KDA_TWOPASS != 0;
-constexpr bool kWgmma = KDA_TWOPASS != 0 && KDA_WGMMA != 0;
+constexpr bool kWgmma = KDA_WGMMA != 0;
 static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
 static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
 static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
@@ -1002,10 +1002,41 @@ __device__ __forceinline__ void scale_by_gamma(const Smem& sm, float (&c)[4], in
   c[3] *= gc.y;
 }
 
+// The end of step 5 for a warp's 16 value rows from vl (its o tiles: rows
+// g and g + 8, tokens 8 nt + 2q and + 1): round_bf16(o) (rounding point 3)
+// to OB, and, for the fused prefill routes, Σ ob² over the 16 rows per token
+// (the chunk op has no norm; route twopass's norm kernel sums the rows).
+__device__ __forceinline__ void store_output(const Smem& sm, const float (&o)[kC / 8][4], int vl) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kC / 8; ++nt) {
+    float part[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 8 * nt + 2 * q + e;
+      const unsigned short b_lo = f32_to_bf16(o[nt][e]), b_hi = f32_to_bf16(o[nt][2 + e]);
+      sm.ob()[t * kLdOb + vl + g] = b_lo;
+      sm.ob()[t * kLdOb + vl + g + 8] = b_hi;
+      const float f_lo = bf16_to_f32(b_lo), f_hi = bf16_to_f32(b_hi);
+      part[e] = f_lo * f_lo + f_hi * f_hi;
+    }
+    if constexpr (!kChunk && !kTwopass) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = part[e];
+        v += __shfl_xor_sync(kFull, v, 4);
+        v += __shfl_xor_sync(kFull, v, 8);
+        v += __shfl_xor_sync(kFull, v, 16);
+        if (g == 0) sm.warp_sum()[warp * kC + 8 * nt + 2 * q + e] = v;
+      }
+    }
+  }
+}
+
 // Step 5 for warp w < kSWarps (local value rows 16 w ..): updates the state
 // tile, writes round_bf16(o) of its rows to OB and its Σ ob² per token.
 __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int warp = threadIdx.x >> 5;
   const int vl = 16 * warp;  // first local value row of this warp
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k.
   float d[kC / 8][4], o[kC / 8][4];
@@ -1028,30 +1059,7 @@ __device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
     scale_by_gamma(sm, st.s[nt], nt);
     add_delta_kd(sm, st.s[nt], da, nt);
   }
-  // round_bf16(o) (rounding point 3) to OB, and Σ ob² over this warp's 16 rows per token.
-#pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt) {
-    float part[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int t = 8 * nt + 2 * q + e;
-      const unsigned short b_lo = f32_to_bf16(o[nt][e]), b_hi = f32_to_bf16(o[nt][2 + e]);
-      sm.ob()[t * kLdOb + vl + g] = b_lo;
-      sm.ob()[t * kLdOb + vl + g + 8] = b_hi;
-      const float f_lo = bf16_to_f32(b_lo), f_hi = bf16_to_f32(b_hi);
-      part[e] = f_lo * f_lo + f_hi * f_hi;
-    }
-    if constexpr (!kChunk && !kTwopass) {  // the chunk op has no norm; route twopass's norm kernel sums the rows
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = part[e];
-        v += __shfl_xor_sync(kFull, v, 4);
-        v += __shfl_xor_sync(kFull, v, 8);
-        v += __shfl_xor_sync(kFull, v, 16);
-        if (g == 0) sm.warp_sum()[warp * kC + 8 * nt + 2 * q + e] = v;
-      }
-    }
-  }
+  store_output(sm, o, vl);
 }
 
 #if KDA_WGMMA
@@ -1098,7 +1106,7 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], unsigned a0, unsig
 // (the state tile, then Δ^T), d and o as m64n64 accumulators. Writes
 // round_bf16(o) of the warp's rows to OB (route twopass: no Σ ob²).
 __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int warp = threadIdx.x >> 5;
   const int vl = 16 * warp;  // first local value row of this warp
   float d[kC / 8][4], o[kC / 8][4];
   init_delta_out_all(sm, d, o, vl);
@@ -1130,16 +1138,7 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
     wgmma_n128(st.s, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.KdT() + 64 * ks, kC / 4 * 128));
   wgmma_commit();
   wgmma_wait<0>();
-  // round_bf16(o) (rounding point 3) to OB.
-#pragma unroll
-  for (int nt = 0; nt < kC / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int t = 8 * nt + 2 * q + e;
-      sm.ob()[t * kLdOb + vl + g] = f32_to_bf16(o[nt][e]);
-      sm.ob()[t * kLdOb + vl + g + 8] = f32_to_bf16(o[nt][2 + e]);
-    }
-  }
+  store_output(sm, o, vl);
 }
 #endif
 
@@ -1651,14 +1650,18 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   // none, and every thread has passed the barrier after it).
   bool loaded = false;
   unsigned unit_phase = 0;
-  if constexpr (kTwopass) {
-    if (threadIdx.x == 0) {
-      mbar_init(sm.unit_bar());
-      mbar_init_fence();
-    }
+  if (kTwopass && threadIdx.x == 0) {
+    mbar_init(sm.unit_bar());
+    mbar_init_fence();
+  }
+  if constexpr (kTwopass || kWgmma) {
+    // A's pieces above the diagonal sub-chunk blocks, which no step writes
+    // and no unit copies: zero for step 5 on wgmma, which reads all of A.
     zero_a_upper(sm);
-    fence_proxy_async();  // for step 5's wgmma, which reads them
+    fence_proxy_async();
     __syncthreads();
+  }
+  if constexpr (kTwopass) {
     loaded = len > 0 && unit_holds(p, unit_base(p, n), h, n, 0);
     if (loaded) load_unit_async(sm, unit_ptr(p, unit_base(p, n), h), vlo, vhi);
   }
@@ -1676,13 +1679,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       unit_phase ^= 1;
     } else {
       intra_chunk(p, sm, h, v0, q0, c0, L, initial, cbase, gate);
-      if constexpr (kTwopass) {
-        // A later unit's bulk copies overwrite what this thread just wrote:
-        // ordered before them by this fence and the barriers in between.
-        fence_proxy_async();
-        if (threadIdx.x == 0) *twopass_flag(p) = 1;  // a chunk without its unit: the norm kernel walks
-        if constexpr (kWgmma) __syncthreads();  // the fences before step 5's wgmma reads of W, Q̂ ∘ Γ, A, KdT
-      }
+      // Route twopass: a later unit's bulk copies overwrite what this thread
+      // just wrote, ordered before them by this fence and the barriers in
+      // between. On wgmma: step 5 reads W, Q̂ ∘ Γ, A and KdT through the
+      // async proxy, after every thread's fence and a barrier.
+      if constexpr (kTwopass || kWgmma) fence_proxy_async();
+      if (kTwopass && threadIdx.x == 0) *twopass_flag(p) = 1;  // a chunk without its unit: the norm kernel walks
+      if constexpr (kWgmma) __syncthreads();
     }
     // Route twopass: the next chunk's unit, when it holds that chunk. At P = 4
     // or 8 its first part is copied as soon as step 5 has published Δ^T.
@@ -1697,10 +1700,11 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
     else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
 #if KDA_WGMMA
-    // Route twopass at P <= 2 on wgmma: every warp, so that the warpgroup
-    // instructions are not under a branch ptxas sees as divergent (it then
-    // serializes them); at P = 2 the warpgroup outside [vlo, vhi) computes
-    // rows that nothing stores (its tile is never loaded or written back).
+    // Step 5 on wgmma (route twopass at P <= 2, rowcta): every warp, so that
+    // the warpgroup instructions are not under a branch ptxas sees as
+    // divergent (it then serializes them); at P = 2 the warpgroup outside
+    // [vlo, vhi) computes rows that nothing stores (its tile is never loaded
+    // or written back).
     else state_pass_wg(sm, st);
 #else
     else if (state_warp) state_pass(sm, st);

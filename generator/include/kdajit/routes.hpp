@@ -85,13 +85,14 @@ int64_t twopass_workspace_bytes(int64_t num_seqs, int64_t rows, int64_t heads);
 // each holding 128 / P value rows of the state): the largest P in 1, 2, 4, 8
 // with P x max(N, 1) x H <= SMs (one CTA per SM), else 1.
 int twopass_parts(const CallShape& call, const DeviceTraits& device);
-// Whether route twopass's state pass runs step 5 at P <= 2 on wgmma (docs/
-// DESIGN.md, "Step 5 at P <= 2 on wgmma"): Hopper (sm_90, sm_90a) only; an
-// sm_90 key's program then compiles for sm_90a (canonical_options; the cubin
-// runs on compute capability 9.0, which is what the key names). Every other
-// arch keeps mma.sync.
+// Whether a chunked key runs step 5 on wgmma (docs/DESIGN.md, "Step 5 at
+// P <= 2 on wgmma"): route twopass's state pass at P <= 2 and route rowcta,
+// on Hopper (sm_90, sm_90a) only; an sm_90 key's program then compiles for
+// sm_90a (canonical_options; the cubin runs on compute capability 9.0, which
+// is what the key names). The split routes and every other arch keep mma.sync.
 constexpr bool wgmma_state_pass(const KernelKey& key) {
-  return chunked(key.op) && key.route == Route::twopass && (key.arch == Arch::sm_90 || key.arch == Arch::sm_90a);
+  return chunked(key.op) && (key.route == Route::twopass || key.route == Route::rowcta) &&
+         (key.arch == Arch::sm_90 || key.arch == Arch::sm_90a);
 }
 
 // The work items of a call per head: single op, its rows; packed op,

@@ -224,7 +224,8 @@ TEST_CASE("a head-count constant in a decode program is a compile error", "[comp
   }
 }
 
-TEST_CASE("route twopass's programs on Hopper compile for sm_90a with step 5 on wgmma, no other", "[compile]") {
+TEST_CASE("routes twopass's and rowcta's chunked programs on Hopper compile for sm_90a with step 5 on wgmma, no other",
+          "[compile]") {
   auto key = [](Op op, Route route, Arch arch) {
     return KernelKey{op, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, route, arch};
   };
@@ -233,7 +234,8 @@ TEST_CASE("route twopass's programs on Hopper compile for sm_90a with step 5 on 
     CHECK(arch_option(key(op, Route::twopass, Arch::sm_90)) == "--gpu-architecture=sm_90a");
     CHECK(arch_option(key(op, Route::twopass, Arch::sm_90a)) == "--gpu-architecture=sm_90a");
     CHECK(arch_option(key(op, Route::twopass, Arch::sm_100a)) == "--gpu-architecture=sm_100a");
-    CHECK(arch_option(key(op, Route::rowcta, Arch::sm_90)) == "--gpu-architecture=sm_90");
+    CHECK(arch_option(key(op, Route::rowcta, Arch::sm_90)) == "--gpu-architecture=sm_90a");
+    CHECK(arch_option(key(op, Route::rowcta, Arch::sm_100a)) == "--gpu-architecture=sm_100a");
     CHECK(arch_option(key(op, Route::split2, Arch::sm_90)) == "--gpu-architecture=sm_90");
     for (Arch arch : {Arch::sm_90, Arch::sm_90a, Arch::sm_100a})
       for (Route route : {Route::twopass, Route::rowcta}) {
@@ -242,7 +244,7 @@ TEST_CASE("route twopass's programs on Hopper compile for sm_90a with step 5 on 
         REQUIRE(src.ok());
         INFO(key_name(k));
         CHECK((src->find("#define KDA_WGMMA 1") != std::string::npos) ==
-              (route == Route::twopass && arch != Arch::sm_100a));
+              (arch != Arch::sm_100a));
       }
   }
   CHECK(arch_option(KernelKey{Op::single, 8, StateDtype::f32, ConvLayout::sd, 1, Gate::bounded, Route::rowcta,
