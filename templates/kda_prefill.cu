@@ -1082,6 +1082,17 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
+// Pins an accumulator's registers at this point of the program: the
+// compiler may not move a read of them above it (the wait before it does not
+// name them, so a read of the last wgmma's output could otherwise be
+// scheduled before the wait; ptxas then serializes every wgmma, C7514).
+template <int kN>
+__device__ __forceinline__ void pin_accumulator(float (&d)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
 // d += a (rows x 8 columns of the contraction) x B (8 x n by desc), tf32 products, f32 sums.
 __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                           unsigned long long desc) {
@@ -1123,6 +1134,8 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
     wgmma_wait<1>();
   }
   wgmma_wait<0>();
+  pin_accumulator(d);
+  pin_accumulator(o);
   // S diag(Γ_C).
   unsigned da[kC / 8][4];
   delta_fragments(d, da);
@@ -1138,6 +1151,8 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
     wgmma_n128(st.s, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.KdT() + 64 * ks, kC / 4 * 128));
   wgmma_commit();
   wgmma_wait<0>();
+  pin_accumulator(o);
+  pin_accumulator(st.s);
   store_output(sm, o, vl);
 }
 #endif
