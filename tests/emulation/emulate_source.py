@@ -79,6 +79,12 @@ def rewrite(text):
     for start, end in asm_statements(text):
         stmt = text[start:end]
         out.append(text[last:start])
+        if re.match(r'asm\s*(?:volatile\s*)?\(\s*""', stmt):
+            # An empty statement (pin_accumulator): it only orders the
+            # compiler's reads of its operands; nothing to do here.
+            out.append(";")
+            last = end
+            continue
         for ptx, cpp in REWRITES:
             if ptx in stmt:
                 out.append(cpp)
