@@ -1715,12 +1715,10 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
     else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
 #if KDA_WGMMA
-    // Step 5 on wgmma (route twopass at P <= 2, rowcta): every warp, so that
-    // the warpgroup instructions are not under a branch ptxas sees as
-    // divergent (it then serializes them); at P = 2 the warpgroup outside
-    // [vlo, vhi) computes rows that nothing stores (its tile is never loaded
-    // or written back).
-    else state_pass_wg(sm, st);
+    // Step 5 on wgmma (route twopass at P <= 2, rowcta): the warpgroups that
+    // hold rows (at P = 2 one of the two; state_warp is the same for the 4
+    // warps of a warpgroup).
+    else if (state_warp) state_pass_wg(sm, st);
 #else
     else if (state_warp) state_pass(sm, st);
 #endif
