@@ -179,7 +179,7 @@ struct Smem {
 // over an index whose order does not matter, so logical k = q and q + 4 stand
 // for physical columns 2q and 2q + 1 of each group of 8: an accumulator tile
 // (c0..c3) is then an A fragment as it is (a0 = c0, a1 = c2, a2 = c1, a3 = c3),
-// and every B fragment is two adjacent floats of one shared-memory row.
+// and step 5's B operands store their contraction index in that order (cm_at).
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned u;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
@@ -195,15 +195,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], unsigned a0, unsigned a1
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// B fragment: the two adjacent floats at row + 2q of a shared-memory matrix
-// whose rows are the fragment's n index.
-__device__ __forceinline__ void mma_b(const float* row, int q, unsigned& b0, unsigned& b1) {
-  const float2 v = *reinterpret_cast<const float2*>(row + 2 * q);
-  b0 = __float_as_uint(v.x);
-  b1 = __float_as_uint(v.y);
-}
-
-// The B fragment of rows 8 nt .. and columns 8 kk .. of such an array.
+// The B fragment of rows 8 nt .. and columns 8 kk .. of a cm_at array of kCols columns.
 template <int kCols>
 __device__ __forceinline__ void mma_b_cm(const float* m, int nt, int kk, int g, int q, unsigned& b0,
                                          unsigned& b1) {
