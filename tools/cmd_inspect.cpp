@@ -126,11 +126,18 @@ void add_verify(CLI::App& app) {
     auto cache = open_cache(o->common, CacheUse::maintain);
     require_readable(*cache, o->common, "verify");
     std::optional<Arch> gpu_arch;
+    // One primary context for the whole loop, not one per entry (PrimaryContextHold).
+    std::optional<PrimaryContextHold> context;
     if (o->load) {
       if (gpu_available()) {
         auto a = local_arch(o->device);
-        if (a) gpu_arch = *a;
-        else log_warning("verify --load: {}; not loading", a.error().message);
+        auto held = a ? PrimaryContextHold::retain(o->device) : Result<PrimaryContextHold>(a.error());
+        if (held) {
+          gpu_arch = *a;
+          context.emplace(std::move(*held));
+        } else {
+          log_warning("verify --load: {}; not loading", held.error().message);
+        }
       } else {
         log_warning("verify --load: no GPU; entries are re-hashed but not loaded");
       }

@@ -212,4 +212,16 @@ Status check_cubin_loads(std::string_view cubin, std::string_view entry, int dev
   return st;
 }
 
+Result<PrimaryContextHold> PrimaryContextHold::retain(int device) {
+  KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
+  KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, device));
+  CUcontext ctx = nullptr;
+  KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
+  return PrimaryContextHold(api, dev);
+}
+
+PrimaryContextHold::~PrimaryContextHold() {
+  if (api_) api_->cuDevicePrimaryCtxRelease(dev_);
+}
+
 }  // namespace kdajit

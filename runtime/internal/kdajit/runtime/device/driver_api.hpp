@@ -85,6 +85,26 @@ inline Status cu_check(const DriverApi& api, CUresult r, std::string_view what) 
 // only GPU's primary one when none is current, as device_for says).
 Status check_cubin_loads(std::string_view cubin, std::string_view entry, int device = -1);
 
+// One reference to a device's primary context for the holder's lifetime. The
+// driver destroys a primary context at its last release, so a loop of
+// check_cubin_loads() on a device that nothing else holds would create and
+// destroy a context per cubin (tens of ms each); holding one across the loop
+// makes every call's retain and release a count. Move-only; releases once.
+class PrimaryContextHold {
+ public:
+  // Retains `device`'s (an ordinal, or -1 as device_for says) primary context.
+  static Result<PrimaryContextHold> retain(int device);
+  PrimaryContextHold(PrimaryContextHold&& o) noexcept : api_(o.api_), dev_(o.dev_) { o.api_ = nullptr; }
+  PrimaryContextHold& operator=(PrimaryContextHold&&) = delete;
+  PrimaryContextHold(const PrimaryContextHold&) = delete;
+  ~PrimaryContextHold();
+
+ private:
+  PrimaryContextHold(const DriverApi* api, CUdevice dev) : api_(api), dev_(dev) {}
+  const DriverApi* api_;
+  CUdevice dev_;
+};
+
 // What the selector knows of a device (arch, SM count), read once per context
 // by the registry. The arch is `arch_override` when set.
 Result<DeviceTraits> device_traits(const DriverApi& api, CUdevice dev, std::optional<Arch> arch_override);
