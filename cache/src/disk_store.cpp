@@ -157,6 +157,26 @@ EntryRead read_entry(int entry_fd, const std::string& dir, const KernelKey& key,
   return out;
 }
 
+// Links `name` of the entry directory `from_dir` into `to_dir` (a staging
+// directory) when the linked file is a regular file this user owns, with a
+// mode no one else can write through, holding exactly `bytes`; otherwise
+// removes the link again and returns false (the caller writes the file).
+bool link_same_file(int from_dir, int to_dir, const char* name, std::string_view bytes, uid_t euid) {
+  // Flags 0: a symbolic link in the entry is linked as itself, which the open below refuses.
+  if (::linkat(from_dir, name, to_dir, name, 0) != 0) return false;
+  Problem p;
+  Fd fd = open_checked(to_dir, name, /*want_dir=*/false, euid, /*system=*/false, &p);
+  struct stat st {};
+  bool same = fd && ::fstat(fd.get(), &st) == 0 && st.st_uid == euid &&
+              static_cast<uint64_t>(st.st_size) == bytes.size();
+  if (same) {
+    auto got = read_fd(fd.get(), bytes.size(), name);
+    same = got && *got == bytes;
+  }
+  if (!same) ::unlinkat(to_dir, name, 0);
+  return same;
+}
+
 bool is_stale_meta(const nlohmann::json& meta) {
   auto schema = meta.find("schema");
   auto library = meta.find("library_version");
@@ -386,7 +406,13 @@ Result<std::string> DiskStore::publish(Staging& staging, const CacheEntry& entry
       {kMetaFile, entry.meta.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"},
       {kLastUsedFile, fmt::format("{:020}\n", now_ns())},
   };
+  // The keys of one program (kProgramCompiledForField) have the same source and
+  // cubin: where the entry of the key it was compiled for is this user's, its
+  // files are linked instead of written again, so the layer holds one copy.
+  const Fd sibling = program_entry(entry);
   for (const auto& [name, bytes] : files) {
+    const bool shared = name == kSourceFile || name == kCubinFile;
+    if (shared && sibling && link_same_file(sibling.get(), staging.dir.get(), name, bytes, euid_)) continue;
     Status s = write_file_at(staging.dir.get(), name, bytes, staging_path + "/" + name);
     if (!s) return fail(std::move(s).error());
   }
@@ -418,6 +444,18 @@ Result<std::string> DiskStore::publish(Staging& staging, const CacheEntry& entry
   staging.dir.reset();
   if (Status s = fsync_fd(arch_fd->get(), path_of(arch)); !s) log_debug("{}", s.error().message);
   return final_dir;
+}
+
+Fd DiskStore::program_entry(const CacheEntry& entry) const {
+  const auto of = entry.meta.find(kProgramCompiledForField);
+  if (of == entry.meta.end() || !of->is_string()) return Fd();
+  auto key = parse_key(of->get<std::string>());
+  if (!key || key->arch != entry.key.arch || *key == entry.key) return Fd();
+  Problem p;
+  Fd arch_fd = open_checked(root_fd_.get(), std::string(to_string(entry.key.arch)).c_str(), true, euid_, false, &p);
+  if (!arch_fd) return Fd();
+  // Keys of one program have the same build inputs, so the same hash.
+  return open_checked(arch_fd.get(), entry_stem(*key, entry.hash).c_str(), true, euid_, false, &p);
 }
 
 void DiskStore::touch(const KernelKey& key, std::string_view hash) const {

@@ -84,6 +84,9 @@ class DiskStore {
   // A fresh staging dir. Errors are Error{io}.
   Result<Staging> stage(const KernelKey& key, std::string_view hash) const;
   // Writes and flushes the entry's files into `staging`, then renames it into place.
+  // An entry whose cubin was compiled for another key (kProgramCompiledForField)
+  // links that key's kernel.cu and kernel.cubin where that entry is this user's
+  // and holds the same bytes.
   // Returns the entry dir. On failure `staging` is removed and the error is
   // Error{io} for a failure of the file system (full, quota, read-only) and
   // Error{cache} for one scoped to this entry (an old entry or arch directory in
@@ -107,6 +110,9 @@ class DiskStore {
 
  private:
   std::string path_of(std::string_view rel) const;
+  // The entry directory of the key `entry`'s program was compiled for, opened
+  // when it is this user's; an empty Fd otherwise.
+  Fd program_entry(const CacheEntry& entry) const;
   // A row of list() for a link planted under an entry's or an <arch>/ name.
   bool is_link_row(const CacheEntryInfo& e) const;
   void open_root(const Options& options);

@@ -444,6 +444,87 @@ TEST_CASE("LRU eviction by the last-used stamp keeps the cache under max_bytes",
   CHECK(fs::is_empty(root / "tmp"));
 }
 
+// A build of `of`'s program (its source, cubin and hash) stored for another key,
+// as the runtime stores the keys of one program (kProgramCompiledForField).
+static BuildFn program_of(const FakeBuild& of) {
+  return [&of]() -> Result<CacheBuild> {
+    auto b = of.fn()();
+    if (b) b->meta[kProgramCompiledForField] = key_name(of.key);
+    return b;
+  };
+}
+
+static ino_t inode(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  return st.st_ino;
+}
+
+TEST_CASE("the keys of one program share its source and cubin files on disk", "[cache][layout]") {
+  TempDir root;
+  FakeBuild first(key_h(8), 1 << 16);
+  const KernelKey second = key_h(16), third = key_h(24);
+  std::string first_dir, second_dir;
+  {
+    KernelCache cache(opts(root.path()));
+    StderrCapture err;
+    auto a = cache.get_or_build(first.key, first.hash, first.fn());
+    auto b = cache.get_or_build(second, first.hash, program_of(first));
+    err.finish();
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    first_dir = (*a)->dir;
+    second_dir = (*b)->dir;
+    REQUIRE(second_dir == cache.entry_dir(second, first.hash));
+  }
+  // One copy of the two files, each entry its own meta and last_used.
+  CHECK(inode(first_dir + "/kernel.cubin") == inode(second_dir + "/kernel.cubin"));
+  CHECK(inode(first_dir + "/kernel.cu") == inode(second_dir + "/kernel.cu"));
+  CHECK(inode(first_dir + "/meta.json") != inode(second_dir + "/meta.json"));
+  CHECK(inode(first_dir + "/last_used") != inode(second_dir + "/last_used"));
+
+  KernelCache cache(opts(root.path()));
+  for (const auto& e : cache.list_entries()) CHECK(cache.verify_entry(e).ok);
+  // The second entry stands alone once the first is gone.
+  fs::remove_all(first_dir);
+  {
+    KernelCache again(opts(root.path()));
+    auto r = again.lookup(second, first.hash, program_of(first));
+    REQUIRE(r.ok());
+    CHECK(r->source == CacheSource::disk);
+    CHECK(r->entry->cubin == first.cubin);
+  }
+
+  // The entry it would link holds other bytes (replaced by hand): the new key's
+  // files are written, not linked.
+  std::string second_cubin = second_dir + "/kernel.cubin";
+  write_text(second_cubin + ".new", std::string(first.cubin.size(), 'x'));
+  fs::rename(second_cubin + ".new", second_cubin);
+  FakeBuild of_second = first;
+  of_second.key = second;
+  StderrCapture err;
+  auto c = cache.get_or_build(third, first.hash, program_of(of_second));
+  err.finish();
+  REQUIRE(c.ok());
+  const std::string third_dir = (*c)->dir;
+  CHECK(read_text(third_dir + "/kernel.cubin") == first.cubin);
+  CHECK(inode(third_dir + "/kernel.cubin") != inode(second_cubin));
+  // Its source is the same bytes in a file of this user's: linked.
+  CHECK(inode(third_dir + "/kernel.cu") == inode(second_dir + "/kernel.cu"));
+
+  // A link planted in place of the program's cubin is never followed or linked.
+  fs::remove(second_cubin);
+  fs::create_symlink(third_dir + "/kernel.cubin", second_cubin);
+  const KernelKey fourth = key_h(32);
+  StderrCapture err2;
+  auto d = cache.get_or_build(fourth, first.hash, program_of(of_second));
+  err2.finish();
+  REQUIRE(d.ok());
+  CHECK(read_text((*d)->dir + "/kernel.cubin") == first.cubin);
+  CHECK(inode((*d)->dir + "/kernel.cubin") != inode(third_dir + "/kernel.cubin"));
+}
+
 TEST_CASE("stale staging dirs are swept by age unless their key lock is held", "[cache][sweep]") {
   TempDir root;
   FakeBuild fb(key_h(16));
