@@ -67,6 +67,7 @@ json entry_json(const CacheEntryInfo& e) {
             {"dir", json_text(e.dir)},
             {"layer", e.layer},
             {"bytes", e.bytes},
+            {"disk_bytes", e.disk_bytes},
             {"registers", meta_value(e, "registers")},
             {"spill_bytes", meta_value(e, "spill_bytes")},
             {"created", meta_value(e, "created")},
@@ -84,12 +85,12 @@ void add_ls(CLI::App& app) {
     auto cache = open_cache(*o, CacheUse::inspect);
     require_readable(*cache, *o, "ls");
     auto entries = cache->list_entries();
-    uint64_t total = 0;
-    for (const auto& e : entries) total += e.bytes;
+    uint64_t total = 0, disk = 0;
+    for (const auto& e : entries) total += e.bytes, disk += e.disk_bytes;
     auto foreign = cache->foreign_paths();
     if (o->json) {
       json out = {{"root", json_text(cache->root())}, {"mode", to_string(cache->mode())},
-                  {"layers", layers_json(*cache)},    {"total_bytes", total},
+                  {"layers", layers_json(*cache)},    {"total_bytes", total}, {"disk_bytes", disk},
                   {"entries", json::array()},         {"foreign", json_texts(foreign)}};
       for (const auto& e : entries) out["entries"].push_back(entry_json(e));
       fmt::print("{}\n", dump_json(out));
@@ -105,7 +106,9 @@ void add_ls(CLI::App& app) {
     }
     print_table({"NAME", "HASH", "SIZE", "REGS", "SPILLS", "CREATED (UTC)", "LAST USED (UTC)"}, rows);
     print_layer_notes(*cache);
-    fmt::print("{} entries, {} in {}{}\n", entries.size(), human_bytes(total), printable(cache->root()),
+    // Sizes count a file in every entry that links it; "on disk" counts it once.
+    fmt::print("{} entries, {} ({} on disk) in {}{}\n", entries.size(), human_bytes(total), human_bytes(disk),
+               printable(cache->root()),
                foreign.empty() ? std::string() : fmt::format(" ({} foreign paths ignored)", foreign.size()));
   });
 }

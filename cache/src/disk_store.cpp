@@ -519,7 +519,9 @@ std::vector<CacheEntryInfo> DiskStore::list(bool with_meta) const {
       }
       Fd entry_fd = open_checked(arch_fd.get(), name.c_str(), true, euid_, /*system=*/true, &p);
       if (entry_fd) {  // unreadable (mode 000): verify says why
-        info.bytes = dir_bytes(entry_fd.get());
+        const DirBytes b = dir_bytes(entry_fd.get());
+        info.bytes = b.bytes;
+        info.disk_bytes = b.disk_bytes;
         if (info.untrusted.empty()) {
           if (int64_t stamp = read_stamp(entry_fd.get(), euid_, /*system=*/false)) info.last_used_ns = stamp;
         }

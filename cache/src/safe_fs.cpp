@@ -221,12 +221,15 @@ std::vector<std::string> dir_names(int dirfd) {
   return out;
 }
 
-uint64_t dir_bytes(int dirfd) {
-  uint64_t total = 0;
+DirBytes dir_bytes(int dirfd) {
+  DirBytes total;
   for (const auto& n : dir_names(dirfd)) {
     struct stat st {};
-    if (::fstatat(dirfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-      total += static_cast<uint64_t>(st.st_size);
+    if (::fstatat(dirfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+      const auto size = static_cast<uint64_t>(st.st_size);
+      total.bytes += size;
+      total.disk_bytes += st.st_nlink > 1 ? size / static_cast<uint64_t>(st.st_nlink) : size;
+    }
   }
   return total;
 }

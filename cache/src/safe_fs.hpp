@@ -114,8 +114,13 @@ Result<std::string> make_temp_dir_at(int dirfd, std::string_view stem, const std
 // The names in an open directory (without "." and "..").
 std::vector<std::string> dir_names(int dirfd);
 
-// The bytes of the regular files directly in an open directory.
-uint64_t dir_bytes(int dirfd);
+// The bytes of the regular files directly in an open directory, and their
+// share of the disk: a file with n hard links counts 1/n of its size.
+struct DirBytes {
+  uint64_t bytes = 0;
+  uint64_t disk_bytes = 0;
+};
+DirBytes dir_bytes(int dirfd);
 
 // Deletes dirfd/name and what it holds, never following a link, and only what
 // this user owns (a link is removed itself, not its target). Returns false when

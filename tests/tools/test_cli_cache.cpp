@@ -72,6 +72,37 @@ TEST_CASE("8 kdajit prewarm processes on 16 keys compile each program exactly on
   CHECK(fs::is_empty(root + "/tmp"));
 }
 
+TEST_CASE("ls counts the files that the keys of one program share once on disk", "[cli][verbs]") {
+  TempDir scratch;
+  std::string root = scratch / "cache";
+  // Route rowcta of the packed op reads H at run time: the h16 key is the h8 key's program.
+  Run warm = cli({"prewarm", "--cache-dir", root, "--op", "packed", "--heads", "8,16", "--state", "f32", "--conv", "ds",
+                  "--t", "2", "--gate", "bounded", "--route", "rowcta", "--arch", "sm_90"},
+                 scratch.path());
+  INFO(warm.out << warm.err);
+  REQUIRE(warm.code == 0);
+  CHECK(warm.out.find("2 keys (1 programs) for sm_90: 1 compiled, 1 stored from a program compiled for another key")
+        != std::string::npos);
+  json lj = parse_json(cli({"ls", "--cache-dir", root, "--json"}, scratch.path()));
+  REQUIRE(lj["entries"].size() == 2);
+  uint64_t bytes = 0, disk = 0;
+  for (const auto& e : lj["entries"]) {
+    bytes += e["bytes"].get<uint64_t>();
+    disk += e["disk_bytes"].get<uint64_t>();
+    // kernel.cu and kernel.cubin count half in each; meta.json and last_used whole.
+    CHECK(e["disk_bytes"].get<uint64_t>() < e["bytes"].get<uint64_t>());
+  }
+  CHECK(lj["total_bytes"] == bytes);
+  CHECK(lj["disk_bytes"] == disk);
+  CHECK(disk > bytes / 2);
+  CHECK(disk < bytes * 3 / 4);
+  Run table = cli({"ls", "--cache-dir", root}, scratch.path());
+  CHECK(table.out.find("2 entries, ") != std::string::npos);
+  CHECK(table.out.find(" on disk) in " + root) != std::string::npos);
+  Run v = cli({"verify", "--cache-dir", root}, scratch.path());
+  CHECK(v.code == 0);
+}
+
 TEST_CASE("prewarm, ls, verify, prune and clear on one root", "[cli][verbs]") {
   TempDir scratch;
   std::string root = scratch / "cache";
@@ -99,6 +130,7 @@ TEST_CASE("prewarm, ls, verify, prune and clear on one root", "[cli][verbs]") {
     names.insert(e["name"].get<std::string>());
     CHECK(e["registers"].get<int>() > 0);
     CHECK(e["bytes"].get<uint64_t>() > 1000);
+    CHECK(e["disk_bytes"] == e["bytes"]);  // two programs: nothing shared
   }
   CHECK(names == std::set<std::string>{name_of("f32", 16, 2), name_of("bf16", 16, 2)});
   Run table = cli({"ls", "--cache-dir", root}, scratch.path());

@@ -169,6 +169,8 @@ struct CacheEntryInfo {
   std::optional<KernelKey> key;         // parsed from the directory name
   size_t layer = 0;                     // index into KernelCache::layers()
   uint64_t bytes = 0;                   // sum of the entry's file sizes
+  uint64_t disk_bytes = 0;              // their share of the disk: a file of n hard links counts 1/n
+                                        // (the keys of one program share its kernel.cu and kernel.cubin)
   int64_t last_used_ns = 0;             // unix ns; created time (or mtime) when never stamped
   std::optional<nlohmann::json> meta;   // absent when meta.json is missing, unparsable or untrusted
   bool stale = false;                   // meta names another schema or library version
