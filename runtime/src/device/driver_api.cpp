@@ -186,12 +186,11 @@ Status check_cubin_loads(std::string_view cubin, std::string_view entry, int dev
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   CUcontext ctx = nullptr;
   if (device < 0) api->cuCtxGetCurrent(&ctx);
-  CUdevice dev = 0;
-  bool retained = false;
+  std::optional<PrimaryContextHold> held;
   if (!ctx) {
-    KDAJIT_TRY_ASSIGN(dev, device_for(*api, device));
-    KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
-    retained = true;
+    KDAJIT_TRY_ASSIGN(PrimaryContextHold h, PrimaryContextHold::retain(device));
+    ctx = h.context();
+    held.emplace(std::move(h));
   }
   Status st = cu_check(*api, api->cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
   if (st) {
@@ -208,7 +207,6 @@ Status check_cubin_loads(std::string_view cubin, std::string_view entry, int dev
     CUcontext popped = nullptr;
     api->cuCtxPopCurrent(&popped);
   }
-  if (retained) api->cuDevicePrimaryCtxRelease(dev);
   return st;
 }
 
@@ -217,7 +215,7 @@ Result<PrimaryContextHold> PrimaryContextHold::retain(int device) {
   KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, device));
   CUcontext ctx = nullptr;
   KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
-  return PrimaryContextHold(api, dev);
+  return PrimaryContextHold(api, dev, ctx);
 }
 
 PrimaryContextHold::~PrimaryContextHold() {

@@ -12,6 +12,7 @@
 #include "kdajit/kdajit.hpp"
 #include "kdajit/kdajit_version.h"
 #include "kdajit/runtime/call/validate.hpp"
+#include "kdajit/runtime/device/driver_api.hpp"
 #include "kdajit/runtime/device/launch.hpp"
 #include "kdajit/runtime/device/registry.hpp"
 #include "kdajit/runtime/jit/nvrtc_api.hpp"
@@ -171,14 +172,9 @@ Result<TuneReport> tune_routes(const TuneOptions& o) {
   KDAJIT_TRY_ASSIGN(const DriverApi* api, driver());
   if (!api->timing_available())
     return Error(ErrorCode::unsupported, "tune: this CUDA driver lacks the stream/event entry points timing needs");
-  KDAJIT_TRY_ASSIGN(CUdevice dev, device_for(*api, o.device));
-  CUcontext ctx = nullptr;
-  KDAJIT_TRY(cu_check(*api, api->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
-  struct Release {
-    const DriverApi* api;
-    CUdevice dev;
-    ~Release() { api->cuDevicePrimaryCtxRelease(dev); }
-  } release{api, dev};
+  KDAJIT_TRY_ASSIGN(const PrimaryContextHold held, PrimaryContextHold::retain(o.device));  // released on return
+  const CUdevice dev = held.device();
+  const CUcontext ctx = held.context();
   KDAJIT_TRY(cu_check(*api, api->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
   KDAJIT_TRY_ASSIGN(Environment env, read_environment());
   KDAJIT_TRY_ASSIGN(DeviceTraits device, device_traits(*api, dev, env.arch));

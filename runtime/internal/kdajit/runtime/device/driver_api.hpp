@@ -94,15 +94,18 @@ class PrimaryContextHold {
  public:
   // Retains `device`'s (an ordinal, or -1 as device_for says) primary context.
   static Result<PrimaryContextHold> retain(int device);
-  PrimaryContextHold(PrimaryContextHold&& o) noexcept : api_(o.api_), dev_(o.dev_) { o.api_ = nullptr; }
+  PrimaryContextHold(PrimaryContextHold&& o) noexcept : api_(o.api_), dev_(o.dev_), ctx_(o.ctx_) { o.api_ = nullptr; }
   PrimaryContextHold& operator=(PrimaryContextHold&&) = delete;
   PrimaryContextHold(const PrimaryContextHold&) = delete;
   ~PrimaryContextHold();
+  CUdevice device() const { return dev_; }
+  CUcontext context() const { return ctx_; }
 
  private:
-  PrimaryContextHold(const DriverApi* api, CUdevice dev) : api_(api), dev_(dev) {}
+  PrimaryContextHold(const DriverApi* api, CUdevice dev, CUcontext ctx) : api_(api), dev_(dev), ctx_(ctx) {}
   const DriverApi* api_;
   CUdevice dev_;
+  CUcontext ctx_;
 };
 
 // What the selector knows of a device (arch, SM count), read once per context
