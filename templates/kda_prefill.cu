@@ -154,6 +154,7 @@ struct Smem {
   __device__ float* warp_sum() const { return reinterpret_cast<float*>(base + kOffWarpSum); }
   __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kOffClusterSum); }
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
+  static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
   __device__ void put_kdt4(int k, int t0, float4 x) const {
@@ -444,10 +445,14 @@ __device__ __forceinline__ GateConstants gate_constants(const KdaParams& p, int 
 
 // Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
 // have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
-// half of the chunk, then the second half adds the first half's total.
-template <class S>
+// half of the chunk, then the second half adds the first half's total. The
+// raw gates and β come from global memory, or (kStaged) from the copy that
+// conv_gates_staged made (bf16 [kC][kD], rows past L zero) and, for thread
+// t < L, `staged_beta` (its raw β, loaded there).
+template <bool kStaged = false, class S>
 __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int h, long long row0, int L,
-                                            const GateConstants& gate) {
+                                            const GateConstants& gate, const unsigned short* staged = nullptr,
+                                            float staged_beta = 0.f) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
   const bool g_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_G_F32);
@@ -456,7 +461,8 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    gb[i] = load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
+    gb[i] = kStaged ? bf16_to_f32(staged[t * kD + k])
+                    : load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
   }
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
@@ -470,7 +476,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
     const bool b_sigmoid = !kChunk || (p.chunk_flags & KDA_CHUNK_BETA_SIGMOID);
     float b = 0.f;
     if (t < L) {
-      b = load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
+      b = kStaged ? staged_beta : load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
       if (b_sigmoid) b = sigmoid(b);
     }
     sm.beta()[t] = b;
@@ -480,6 +486,113 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
     const float base = G[g_at(kC / 2 - 1, k)];
     for (int i = 0; i < kC / 2; ++i) G[g_at(kC / 2 + i, k)] += base;
   }
+}
+
+// Step 1 with the chunk's inputs staged (route twopass's intra-chunk kernel,
+// the prefill op, when x and the raw gate allow 16-byte copies: the pointers
+// 16-byte aligned, the row strides multiples of 8 elements). Every input of
+// the chunk is copied into shared memory by cp.async in one batch, so the
+// chunk waits on global memory once instead of once per round of conv tasks
+// and again for the gates: x's q, k and v rows into the conv's own output
+// buffers (at qk_at / v_at, which keep each 16-byte group of 8 channels
+// whole; rows past L zero), the three rows before the chunk into a history
+// buffer (x's rows, or the slot's taps for a sequence's first chunk, or
+// zeros without an initial state), the raw gate rows beside it; the history
+// and the gates lie over M and T, which step 1 does not use. Then the conv
+// runs in place, a channel pair a thread over the chunk's rows in order.
+// The arithmetic is conv_tasks<2>'s, so the results are the same bits.
+enum : int { kStageHistOff = kC * kD * 2 };  // bytes into the stage: the history after the raw gates
+__device__ __forceinline__ bool inputs_stageable(const KdaParams& p) {
+  return ((reinterpret_cast<unsigned long long>(p.x) | reinterpret_cast<unsigned long long>(p.raw_gate)) & 15) == 0 &&
+         (p.x_row_stride & 7) == 0 && (p.gate_row_stride & 7) == 0 && p.x_row_stride < (1 << 24);
+}
+__device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(copy ? 16 : 0)
+               : "memory");
+}
+template <class S>
+__device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
+                                                  int L, bool initial, long long cbase, const GateConstants& gate) {
+  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces };
+  static_assert(S::kStagedInputs && kChans / 2 <= kThreads && kVRows == kD, "a channel pair a thread, every value row");
+  const long long row0 = q0 + c0;
+  const int stride = static_cast<int>(p.x_row_stride);
+  unsigned short* gstage = sm.stage();
+  unsigned short* hist = sm.stage() + kStageHistOff / 2;  // bf16 [3][kChans]: rows -3 .. -1 of the chunk
+  // x rows: piece i of row t is 8 channels of q, k or v.
+  for (int i = threadIdx.x; i < kC * kRowPieces; i += kThreads) {
+    const int t = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
+    unsigned short* dst = (j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv()) + qk_at(t, c);
+    const unsigned short* src = p.x + (row0 + (t < L ? t : 0)) * stride + j * grid_hidden() + h * kD + c;
+    cp_async_16_or_zero(dst, src, t < L);
+  }
+  for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
+    const int t = i / kPieces, c = 8 * (i % kPieces);
+    cp_async_16_or_zero(gstage + t * kD + c,
+                        static_cast<const unsigned short*>(p.raw_gate) +
+                            (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + c,
+                        t < L);
+  }
+  if (c0 > 0) {
+    for (int i = threadIdx.x; i < 3 * kRowPieces; i += kThreads) {
+      const int r = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
+      cp_async_16_or_zero(hist + r * kChans + j * kD + c,
+                          p.x + (row0 - 3 + r) * stride + j * grid_hidden() + h * kD + c, true);
+    }
+  } else {
+    for (int i = threadIdx.x; i < 3 * kChans; i += kThreads) {
+      const int r = i / kChans, c = i % kChans;
+      const int col = c / kD * grid_hidden() + h * kD + c % kD;
+      hist[r * kChans + c] = initial ? p.conv_state[cbase + conv_offset(p, col, r)] : static_cast<unsigned short>(0);
+    }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  // Thread c < kChans / 2 convolves channels 2c, 2c + 1 over the whole chunk in
+  // place, reading each row before it overwrites it (no other thread touches
+  // the pair).
+  if (threadIdx.x < kChans / 2) {
+    const int c = 2 * threadIdx.x, j = c / kD, d = c % kD;
+    unsigned short* m = j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv();
+    float w[kW][2];
+#pragma unroll
+    for (int i = 0; i < kW; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) w[i][e] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d + e];
+    float x[3][2];  // the three inputs before the next row
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const unsigned xw = *reinterpret_cast<const unsigned*>(hist + i * kChans + c);
+      x[i][0] = bf16lo_to_f32(xw);
+      x[i][1] = bf16hi_to_f32(xw);
+    }
+#pragma unroll 1
+    for (int t0 = 0; t0 < kC; t0 += 8) {
+      unsigned xw[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xw[i] = *reinterpret_cast<const unsigned*>(m + qk_at(t0 + i, d));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float xn[2] = {bf16lo_to_f32(xw[i]), bf16hi_to_f32(xw[i])};
+        float y[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float a = w[0][e] * x[0][e];
+          a = fmaf(w[1][e], x[1][e], a);
+          a = fmaf(w[2][e], x[2][e], a);
+          a = fmaf(w[3][e], xn[e], a);
+          y[e] = a * sigmoid_ftz(a);
+          x[0][e] = x[1][e];
+          x[1][e] = x[2][e];
+          x[2][e] = xn[e];
+        }
+        *reinterpret_cast<unsigned*>(m + qk_at(t0 + i, d)) = t0 + i < L ? pack_bf16x2(y[0], y[1]) : 0u;
+      }
+    }
+  }
+  const float beta = threadIdx.x < L ? load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h, false)
+                                     : 0.f;
+  gates_chunk<true>(p, sm, h, row0, L, gate, gstage, beta);
 }
 
 // Step 2: Qg, KdT and Γ_C. Thread (k, half) takes column k of tokens
@@ -741,78 +854,87 @@ __device__ __forceinline__ void invert(const S& sm) {
 // Column tile nt (8 columns) belongs to warp nt % 8; the right-hand side is
 // formed from region 1 as the B fragments are built, and W and U^T overwrite
 // region 1 after a barrier.
+// A warp's column tiles go in kPasses passes (two in the intra-chunk kernel,
+// which writes W and U^T to the unit, not over the buffers it reads: half the
+// accumulators live at once, T's fragments read twice).
 template <class S>
 __device__ __forceinline__ void apply_inverse(const S& sm) {
-  enum : int { kNTiles = kSolveCols / 8, kPerWarp = (kNTiles + kWarps - 1) / kWarps, kMTiles = kC / 16 };
+  enum : int { kNTiles = kSolveCols / 8, kAllPerWarp = (kNTiles + kWarps - 1) / kWarps, kMTiles = kC / 16 };
+  enum : int { kPasses = S::kSolvedInRegion1 || kAllPerWarp % 2 != 0 ? 1 : 2, kPerWarp = kAllPerWarp / kPasses };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const float* T = sm.T();
   const float* G = sm.G();
-  float acc[kPerWarp][kMTiles][4];
+#pragma unroll 1
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int jt0 = pass * kPerWarp;  // the pass's first column tile of the warp
+    float acc[kPerWarp][kMTiles][4];
 #pragma unroll
-  for (int j = 0; j < kPerWarp; ++j)
+    for (int j = 0; j < kPerWarp; ++j)
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
+      for (int mt = 0; mt < kMTiles; ++mt) acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 #pragma unroll
-  for (int ks = 0; ks < kC / 8; ++ks) {
-    const int s0 = 8 * ks + 2 * q;
-    const float bs0 = sm.beta()[s0], bs1 = sm.beta()[s0 + 1];
-    const float ks0 = bs0 * sm.rk()[s0], ks1 = bs1 * sm.rk()[s0 + 1];
-    unsigned b[kPerWarp][2];
+    for (int ks = 0; ks < kC / 8; ++ks) {
+      const int s0 = 8 * ks + 2 * q;
+      const float bs0 = sm.beta()[s0], bs1 = sm.beta()[s0 + 1];
+      const float ks0 = bs0 * sm.rk()[s0], ks1 = bs1 * sm.rk()[s0 + 1];
+      unsigned b[kPerWarp][2];
+#pragma unroll
+      for (int j = 0; j < kPerWarp; ++j) {
+        const int c = 8 * (warp + kWarps * (jt0 + j)) + g;
+        float v0 = 0.f, v1 = 0.f;
+        if (c < kD) {
+          v0 = ks0 * bf16_to_f32(sm.mk()[qk_at(s0, c)]) * exp_ftz(G[g_at(s0, c)]);
+          v1 = ks1 * bf16_to_f32(sm.mk()[qk_at(s0 + 1, c)]) * exp_ftz(G[g_at(s0 + 1, c)]);
+        } else if (c < kSolveCols) {
+          v0 = bs0 * bf16_to_f32(sm.mv()[v_at(s0, c - kD)]);
+          v1 = bs1 * bf16_to_f32(sm.mv()[v_at(s0 + 1, c - kD)]);
+        }
+        b[j][0] = to_tf32(v0);
+        b[j][1] = to_tf32(v1);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if (ks > 2 * mt + 1) continue;  // above the diagonal: T is zero there
+        const float2 lo = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g, s0));
+        const float2 hi = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g + 8, s0));
+        const unsigned a0 = to_tf32(lo.x), a2 = to_tf32(lo.y), a1 = to_tf32(hi.x), a3 = to_tf32(hi.y);
+#pragma unroll
+        for (int j = 0; j < kPerWarp; ++j) mma_tf32(acc[j][mt], a0, a1, a2, a3, b[j][0], b[j][1]);
+      }
+    }
+    // Every read of mq, mk, mv and G is done: W and U^T overwrite them.
+    if constexpr (S::kSolvedInRegion1) __syncthreads();
+    // Into shared memory (region 1), an element a store. Into the unit (the
+    // intra-chunk kernel), eight bytes a store: a tile of W as its pairs (t,
+    // c0 .. c0 + 1); a tile of U^T with the lanes of rows g and g ^ 1 trading
+    // halves (one shuffle per pair), the even one storing (v, t .. t + 1), the
+    // odd one (v + 1, t - 1 .. t).
+    const bool odd = g & 1;
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
-      const int c = 8 * (warp + kWarps * j) + g;
-      float v0 = 0.f, v1 = 0.f;
-      if (c < kD) {
-        v0 = ks0 * bf16_to_f32(sm.mk()[qk_at(s0, c)]) * exp_ftz(G[g_at(s0, c)]);
-        v1 = ks1 * bf16_to_f32(sm.mk()[qk_at(s0 + 1, c)]) * exp_ftz(G[g_at(s0 + 1, c)]);
-      } else if (c < kSolveCols) {
-        v0 = bs0 * bf16_to_f32(sm.mv()[v_at(s0, c - kD)]);
-        v1 = bs1 * bf16_to_f32(sm.mv()[v_at(s0 + 1, c - kD)]);
-      }
-      b[j][0] = to_tf32(v0);
-      b[j][1] = to_tf32(v1);
-    }
+      const int c0 = 8 * (warp + kWarps * (jt0 + j)) + 2 * q;
+      if (c0 >= kSolveCols) continue;  // the same for every lane of the warp
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      if (ks > 2 * mt + 1) continue;  // above the diagonal: T is zero there
-      const float2 lo = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g, s0));
-      const float2 hi = *reinterpret_cast<const float2*>(T + sm.t_at(16 * mt + g + 8, s0));
-      const unsigned a0 = to_tf32(lo.x), a2 = to_tf32(lo.y), a1 = to_tf32(hi.x), a3 = to_tf32(hi.y);
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const float* a = acc[j][mt];
+        const int t = 16 * mt + g;
+        if constexpr (S::kSolvedInRegion1) {
 #pragma unroll
-      for (int j = 0; j < kPerWarp; ++j) mma_tf32(acc[j][mt], a0, a1, a2, a3, b[j][0], b[j][1]);
-    }
-  }
-  if constexpr (S::kSolvedInRegion1) __syncthreads();  // every read of mq, mk, mv and G is done: W and U^T overwrite them
-  // Into shared memory (region 1), an element a store. Into the unit (the
-  // intra-chunk kernel), eight bytes a store: a tile of W as its pairs (t,
-  // c0 .. c0 + 1); a tile of U^T with the lanes of rows g and g ^ 1 trading
-  // halves (one shuffle per pair), the even one storing (v, t .. t + 1), the
-  // odd one (v + 1, t - 1 .. t).
-  const bool odd = g & 1;
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-    const int c0 = 8 * (warp + kWarps * j) + 2 * q;
-    if (c0 >= kSolveCols) continue;  // the same for every lane of the warp
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const float* a = acc[j][mt];
-      const int t = 16 * mt + g;
-      if constexpr (S::kSolvedInRegion1) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int te = t + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
-          if (c < kD) sm.put_w(te, c, tf32_round(a[e]));
-          else sm.put_ut(c - kD, te, a[e]);
+          for (int e = 0; e < 4; ++e) {
+            const int te = t + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
+            if (c < kD) sm.put_w(te, c, tf32_round(a[e]));
+            else sm.put_ut(c - kD, te, a[e]);
+          }
+        } else if (c0 < kD) {
+          sm.put_w2(t, c0, tf32_round(a[0]), tf32_round(a[1]));
+          sm.put_w2(t + 8, c0, tf32_round(a[2]), tf32_round(a[3]));
+        } else {
+          const float r0 = __shfl_xor_sync(kFull, odd ? a[0] : a[1], 4);
+          const float r1 = __shfl_xor_sync(kFull, odd ? a[2] : a[3], 4);
+          const int v = c0 - kD + (odd ? 1 : 0), tt = odd ? t - 1 : t;
+          sm.put_ut2(v, tt, odd ? r0 : a[0], odd ? a[1] : r0);
+          sm.put_ut2(v, tt + 8, odd ? r1 : a[2], odd ? a[3] : r1);
         }
-      } else if (c0 < kD) {
-        sm.put_w2(t, c0, tf32_round(a[0]), tf32_round(a[1]));
-        sm.put_w2(t + 8, c0, tf32_round(a[2]), tf32_round(a[3]));
-      } else {
-        const float r0 = __shfl_xor_sync(kFull, odd ? a[0] : a[1], 4);
-        const float r1 = __shfl_xor_sync(kFull, odd ? a[2] : a[3], 4);
-        const int v = c0 - kD + (odd ? 1 : 0), tt = odd ? t - 1 : t;
-        sm.put_ut2(v, tt, odd ? r0 : a[0], odd ? a[1] : r0);
-        sm.put_ut2(v, tt + 8, odd ? r1 : a[2], odd ? a[3] : r1);
       }
     }
   }
@@ -1328,9 +1450,16 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
                                             long long c0, int L, bool initial, long long cbase,
                                             const GateConstants& gate) {
   const long long row0 = q0 + c0;
-  if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
-  else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
-  gates_chunk(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
+  bool staged = false;
+  if constexpr (S::kStagedInputs && !kChunk && kVRows == kD) {  // route twopass (P = 1 here)
+    staged = inputs_stageable(p);
+    if (staged) conv_gates_staged(p, sm, h, q0, c0, L, initial, cbase, gate);  // contains a barrier after step 1's stores
+  }
+  if (!staged) {
+    if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
+    else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
+    gates_chunk(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
+  }
   __syncthreads();
   const bool safe = factored_blocks_safe(sm);
   norm_scales(p, sm);
@@ -1417,6 +1546,7 @@ enum : int {
   kIntraSmemBytes = kIOffBeta + kC * 4,
 };
 static_assert(kIOffKdT + kD * kC * 4 <= kIOffRq, "the (K̂ ∘ Γ_C / Γ)^T scratch fits over M and T");
+static_assert(kIOffM + kStageHistOff + 3 * kChans * 2 <= kIOffRq, "step 1's staged gates and history fit over M and T");
 #if KDA_TWOPASS
 static_assert(kIntraSmemBytes <= KDA_INTRA_SMEM_BYTES, "the intra-chunk layout must fit its launch's shared memory");
 #endif
@@ -1433,6 +1563,10 @@ struct IntraSmem {
   __device__ float* rq() const { return reinterpret_cast<float*>(base + kIOffRq); }
   __device__ float* rk() const { return reinterpret_cast<float*>(base + kIOffRk); }
   __device__ float* beta() const { return reinterpret_cast<float*>(base + kIOffBeta); }
+  // Step 1 copies the chunk's raw gates and the three x rows before it here,
+  // over M and T (conv_gates_staged).
+  static constexpr bool kStagedInputs = true;
+  __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
@@ -1560,32 +1694,33 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* s
   for (long long u = blockIdx.y; u < units; u += gridDim.y) {
     unsigned char* unit = unit_ptr(p, u, h);
     const IntraSmem sm{smem, unit};
-    int n = -1;
+    int n = -1, lo = 0, q0 = 0, q1 = 0, slot = 0;
     long long j = -1;
     if (p.num_seqs > 0) {
-      int lo = 0, hi = p.num_seqs - 1;
+      int hi = p.num_seqs - 1;
       while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
         if (unit_base(p, mid) <= u) lo = mid;
         else hi = mid - 1;
       }
-      const int q0 = p.query_start_loc[lo], q1 = p.query_start_loc[lo + 1];
-      const int slot = kChunk ? lo : p.state_indices[lo];
+      q0 = p.query_start_loc[lo];
+      q1 = p.query_start_loc[lo + 1];
+      slot = kChunk ? lo : p.state_indices[lo];
       j = u - unit_base(p, lo);
-      if (sequence_live(p, q0, q1, slot) && j >= 0 && j * kC < static_cast<long long>(q1) - q0) {
-        n = lo;
-        const bool initial =
-            kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
-        const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
-        const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-        intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
-      }
+      if (sequence_live(p, q0, q1, slot) && j >= 0 && j * kC < static_cast<long long>(q1) - q0) n = lo;
     }
+    // The tag first: its readers (the state pass and norm kernels) run after this kernel.
     if (threadIdx.x == 0) {
       int* tag = reinterpret_cast<int*>(unit);
       tag[0] = n;
       tag[1] = n >= 0 ? static_cast<int>(j) : -1;
       if (u == 0 && h == 0) tag[2] = 0;  // the call's flag (norm_rows): no chunk without its unit yet
+    }
+    if (n >= 0) {
+      const bool initial = kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+      const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
+      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+      intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
     }
     __syncthreads();  // every thread is done with this unit's buffers
   }

@@ -32,6 +32,9 @@ REWRITES = [
     ("st.shared::cluster.f32", "*static_cast<float*>(::kdajit::emu::cluster_peer(local, rank)) = v;"),
     ("%%tid.x", "t = threadIdx.x;"),
     # cp.async (route twopass's unit copies): done at once; the template waits before any read.
+    # ... and the intra-chunk kernel's staged inputs (zeros when not `copy`).
+    ("cp.async.cg.shared.global [%0], [%1], 16, %2",
+     "if (copy) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16);"),
     ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
     ("cp.async.wait_all", ""),
     # An L2 prefetch (route twopass's next unit): a hint, nothing to do.
