@@ -156,6 +156,7 @@ struct Smem {
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
+  static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
   __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
   __device__ void put_kdt4(int k, int t0, float4 x) const {
     float* d = KdT();
@@ -684,19 +685,22 @@ __device__ __forceinline__ bool factored_blocks_safe(const S& sm) {
   return ok;
 }
 
-// Block (i, j <= i) of A and M on one warp, every pair (t, s) factored through
-// the reference row R (row `ref` of G): A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}],
+// Blocks (i, j0) .. (i, j0 + kBlocks - 1) (all j <= i) of A and M on one
+// warp, every pair (t, s) factored through the reference row R (row `ref` of
+// G): A_ts = rq_t rk_s Σ_k [q_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}],
 // M_ts = β_t rk_t rk_s Σ_k [k_tk e^{G_tk - R_k}] [k_sk e^{R_k - G_sk}]. The
-// caller picks R so that no factor overflows. Above the diagonal A is zero (the
-// A Δ product reads whole 8 x 8 tiles); M there is never read.
-template <class S>
-__device__ __forceinline__ void factored_block(const S& sm, int i, int j, int ref) {
+// t-side factors (A's and M's A fragments) are made once per k step for all
+// the warp's blocks of the row. The caller picks R so that no factor
+// overflows. Above the diagonal A is zero (the A Δ product reads whole 8 x 8
+// tiles); M there is never read.
+template <int kBlocks, class S>
+__device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const float* G = sm.G();
   const unsigned short* mq = sm.mq();
   const unsigned short* mk = sm.mk();
   const int t0 = kSub * i + g, t1 = t0 + 8;
-  float ca[2][4] = {}, cm[2][4] = {};
+  float ca[2 * kBlocks][4] = {}, cm[2 * kBlocks][4] = {};
   // Columns k, k + 1 of a row: one 4-byte load of the bf16 pair, one 8-byte
   // load of G. Every row the lane reads but R has t & 7 = g, so one column
   // XOR serves its bf16 rows (qk_at), and G's rows t0 and s of tile 0 share
@@ -724,10 +728,10 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, int re
     const unsigned ka0 = to_tf32(bf16lo_to_f32(k0w) * e00), ka2 = to_tf32(bf16hi_to_f32(k0w) * e01);
     const unsigned ka1 = to_tf32(bf16lo_to_f32(k1w) * e10), ka3 = to_tf32(bf16hi_to_f32(k1w) * e11);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int s = kSub * j + 8 * nt + g;
+    for (int nt = 0; nt < 2 * kBlocks; ++nt) {
+      const int s = kSub * j0 + 8 * nt + g;
       const unsigned sw = pair_bf16(mk + s * kD, kb);
-      const float2 gs = pair_f32(G + s * kD, nt == 0 ? kg0 : kg1);
+      const float2 gs = pair_f32(G + s * kD, nt % 2 == 0 ? kg0 : kg1);
       const unsigned kb0 = to_tf32(bf16lo_to_f32(sw) * exp_ftz(r.x - gs.x));
       const unsigned kb1 = to_tf32(bf16hi_to_f32(sw) * exp_ftz(r.y - gs.y));
       mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
@@ -737,10 +741,10 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, int re
   const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
   const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
+  for (int nt = 0; nt < 2 * kBlocks; ++nt)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int s = kSub * j + 8 * nt + 2 * q + e;
+      const int s = kSub * j0 + 8 * nt + 2 * q + e;
       const float rks = sm.rk()[s];
       sm.put_a(t0, s, s <= t0 ? tf32_round(ca[nt][e] * rq0 * rks) : 0.f);
       sm.put_a(t1, s, s <= t1 ? tf32_round(ca[nt][2 + e] * rq1 * rks) : 0.f);
@@ -749,14 +753,34 @@ __device__ __forceinline__ void factored_block(const S& sm, int i, int j, int re
     }
 }
 
-// Blocks (i, j) of A and M, j < i with `below_only`, else j <= i, warp w
-// taking blocks w, w + 8, ... in the order (0,0) (1,0) (1,1) (2,0) ..; the
-// reference row is the middle of sub-chunk i (row 16 i + 7) for the whole
-// factored pass, the last row before it (16 i - 1) for the blocks below the
-// diagonal alone (both factors <= 1 there).
+// The blocks (i, j <= i) of A and M through the middle of sub-chunk i (row
+// 16 i + 7), or (`below_only`, for a strong decay) the blocks strictly below
+// the diagonal through the last row before sub-chunk i (both factors <= 1
+// there). In the fused kernels (the state tiles live in registers) one block
+// a warp task, warp w taking blocks w, w + 8, ... in the order (0,0) (1,0)
+// (1,1) (2,0) ... In the intra-chunk kernel (S::kRowTasks) the ten blocks are
+// six warp tasks of a row's consecutive blocks, (3; 0, 1), (3; 2, 3),
+// (2; 0, 1), (1; 0, 1), (2; 2), (0; 0), so that no warp makes more than three
+// blocks' worth of factors (a row's t-side once, then two blocks' s-sides)
+// where ten one-block tasks over eight warps gave two warps four (warps 6
+// and 7 have none); the six below the diagonal stay one a warp.
 template <class S>
 __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;
+  if constexpr (S::kRowTasks) {
+    static_assert(kSubs == 4 && kWarps >= 6, "the row tasks are for four sub-chunks and six warps");
+    if (!below_only && warp < 4) {
+      const int i = warp < 2 ? 3 : 4 - warp;  // warps 0-3: rows 3, 3, 2, 1
+      factored_row<2>(sm, i, warp == 1 ? 2 : 0, kSub * i + 7);
+      return;
+    }
+    if (!below_only && warp < 6) {
+      const int i = warp == 4 ? 2 : 0;
+      factored_row<1>(sm, i, i, kSub * i + 7);
+      return;
+    }
+    if (!below_only) return;
+  }
   const int tasks = below_only ? kSubs * (kSubs - 1) / 2 : kSubs * (kSubs + 1) / 2;
   for (int task = warp; task < tasks; task += kWarps) {
     // The task-th block, row by row: row i holds i blocks below the diagonal (+1 with it).
@@ -766,8 +790,7 @@ __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
       ++i;
     }
     const int j = task - first;
-    const int ref_row = below_only ? kSub * i - 1 : kSub * i + 7;
-    factored_block(sm, i, j, ref_row);
+    factored_row<1>(sm, i, j, below_only ? kSub * i - 1 : kSub * i + 7);
   }
 }
 
@@ -1568,6 +1591,7 @@ struct IntraSmem {
   static constexpr bool kStagedInputs = true;
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;
+  static constexpr bool kRowTasks = true;  // step 3 in tasks of a row's blocks (factored_blocks)
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
   // Logical columns t0 .. t0 + 3 (t0 a multiple of 4) of scratch row k are
