@@ -157,6 +157,7 @@ struct Smem {
   static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
+  static constexpr bool kLateOperands = false;  // step 2 by every thread before step 3
   __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
   __device__ void put_kdt4(int k, int t0, float4 x) const {
     float* d = KdT();
@@ -165,7 +166,6 @@ struct Smem {
     d[cm_at<kC>(k, t0 + 2)] = x.z;
     d[cm_at<kC>(k, t0 + 3)] = x.w;
   }
-  __device__ void publish_kdt() const {}
   __device__ void put_gamma_c(int k, float x) const { gammaC()[k] = x; }
   __device__ void put_a(int t, int s, float x) const { A()[cm_at<kC>(t, s)] = x; }
   __device__ void put_w(int t, int c, float x) const { W()[cm_at<kD>(t, c)] = x; }
@@ -596,14 +596,19 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
   gates_chunk<true>(p, sm, h, row0, L, gate, gstage, beta);
 }
 
-// Step 2: Qg, KdT and Γ_C. Thread (k, half) takes column k of tokens
-// t0 .. t0 + 3 for t0 = 4 half, + 8, ..: one 16-byte store of KdT each.
-template <class S>
+// Step 2: Qg, KdT and Γ_C on threads kFirst .. kThreads - 1 (the fused
+// kernels: all; the intra-chunk kernel: warps 4-7, beside the inverse's
+// diagonal blocks). Thread (k, r) takes column k of tokens t0 .. t0 + 3 for
+// t0 = 4 r, + 4 R, .. (R rows of threads): Q̂ ∘ Γ's four elements and one
+// float4 of (K̂ ∘ Γ_C / Γ)^T each.
+template <int kFirst, class S>
 __device__ __forceinline__ void scaled_operands(const S& sm) {
+  static_assert((kThreads - kFirst) % kD == 0, "whole rows of kD threads");
   const float* G = sm.G();
-  const int k = threadIdx.x & (kD - 1);
+  const unsigned u = threadIdx.x - kFirst;  // the caller's threads are kFirst ..
+  const int k = u & (kD - 1);
   const float gl = G[g_at(kC - 1, k)];
-  for (int t0 = threadIdx.x / kD * 4; t0 < kC; t0 += kThreads / kD * 4) {
+  for (int t0 = u / kD * 4; t0 < kC; t0 += (kThreads - kFirst) / kD * 4) {
     const float4 rq4 = *reinterpret_cast<const float4*>(sm.rq() + t0);
     const float4 rk4 = *reinterpret_cast<const float4*>(sm.rk() + t0);
     const float rq[4] = {rq4.x, rq4.y, rq4.z, rq4.w}, rk[4] = {rk4.x, rk4.y, rk4.z, rk4.w};
@@ -617,7 +622,7 @@ __device__ __forceinline__ void scaled_operands(const S& sm) {
     }
     sm.put_kdt4(k, t0, make_float4(kd[0], kd[1], kd[2], kd[3]));
   }
-  if (threadIdx.x < kD) sm.put_gamma_c(threadIdx.x, exp_ftz(G[g_at(kC - 1, threadIdx.x)]));
+  if (u < kD) sm.put_gamma_c(u, exp_ftz(G[g_at(kC - 1, u)]));
 }
 
 // Step 3 for a strong decay, diagonal blocks: pairs (t, s) of one sub-chunk,
@@ -858,6 +863,8 @@ __device__ __forceinline__ void invert(const S& sm) {
     __syncwarp();
     block_product<true>(sm, q, r0, i, i, j, i);
     block_put(sm, q, r0, i, j, -1.f);
+  } else if constexpr (S::kLateOperands) {
+    if (warp >= 4) scaled_operands<4 * 32>(sm);  // step 2 (it goes to the unit only) beside warps 0-1
   }
   __syncthreads();
   // The lower-left quarter, block (r, b) for r = 2, 3 and b = 0, 1 on warps
@@ -1487,8 +1494,7 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
   const bool safe = factored_blocks_safe(sm);
   norm_scales(p, sm);
   const bool factored = __syncthreads_and(safe);
-  scaled_operands(sm);
-  sm.publish_kdt();  // IntraSmem: (K̂ ∘ Γ_C / Γ)^T to the unit, its scratch free for M and T
+  if constexpr (!S::kLateOperands) scaled_operands<0>(sm);  // else in invert()
   if (factored) {
     factored_blocks(sm, false);
   } else {
@@ -1551,10 +1557,8 @@ __device__ __forceinline__ bool unit_holds(const KdaParams& p, long long u, int 
 // The intra-chunk kernel's shared memory: only what steps 1-4 read (115,456
 // bytes: two CTAs per SM). What step 5 reads goes to the unit from the
 // registers that compute it (put_*), so region 1 never holds W and U^T and
-// nothing holds Qg or A; (K̂ ∘ Γ_C / Γ)^T, computed row-wise, is transposed
-// through a scratch over M and T (free until step 3) by publish_kdt. T and
-// the scratch swizzle their columns, since their rows are 64 floats (32 banks
-// twice) with no room for padding.
+// nothing holds Qg, (K̂ ∘ Γ_C / Γ)^T or A. T swizzles its columns, since its
+// rows are 64 floats (32 banks twice) with no room for padding.
 enum : int {
   kIOffMq = 0,                            // bf16 [kC][kD]: m of q, element (t, c) at qk_at(t, c)
   kIOffMk = kIOffMq + kC * kD * 2,        // bf16 [kC][kD]: m of k, at qk_at
@@ -1562,13 +1566,11 @@ enum : int {
   kIOffG = kIOffMv + kC * kVRows * 2,     // f32 [kC][kD]: cumulative log decay, at g_at
   kIOffM = kIOffG + kC * kD * 4,          // f32 [kC][kC]: M (strictly lower)
   kIOffT = kIOffM + kC * kC * 4,          // f32 [kC][kC]: (I + M)^-1, element (r, c) at t_at(r, c)
-  kIOffKdT = kIOffM,                      // step 2: f32 [kD][kC] over M and T, element (k, t) at kdt_at(k, t)
   kIOffRq = kIOffT + kC * kC * 4,         // f32 [kC]: q scale
   kIOffRk = kIOffRq + kC * 4,             // f32 [kC]: k scale
   kIOffBeta = kIOffRk + kC * 4,           // f32 [kC]: β
   kIntraSmemBytes = kIOffBeta + kC * 4,
 };
-static_assert(kIOffKdT + kD * kC * 4 <= kIOffRq, "the (K̂ ∘ Γ_C / Γ)^T scratch fits over M and T");
 static_assert(kIOffM + kStageHistOff + 3 * kChans * 2 <= kIOffRq, "step 1's staged gates and history fit over M and T");
 #if KDA_TWOPASS
 static_assert(kIntraSmemBytes <= KDA_INTRA_SMEM_BYTES, "the intra-chunk layout must fit its launch's shared memory");
@@ -1594,28 +1596,14 @@ struct IntraSmem {
   static constexpr bool kRowTasks = true;  // step 3 in tasks of a row's blocks (factored_blocks)
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
-  // Logical columns t0 .. t0 + 3 (t0 a multiple of 4) of scratch row k are
-  // the float4 at t0 ^ 4 (k % 8): the 8 rows a quarter-warp stores (and the
-  // 8 float4 of a row it reads) fall in distinct banks.
-  __device__ int kdt_at(int k, int t0) const { return k * kC + (t0 ^ ((k & 7) << 2)); }
+  static constexpr bool kLateOperands = true;  // step 2 on warps 4-7 during the inverse's diagonal blocks
+  // Columns t0 .. t0 + 3 of row k (t0 a multiple of 4): cm_at puts the even
+  // ones in a float2 (slots t0 % 8 / 2 ..) and the odd ones in the float2 32
+  // floats on.
   __device__ void put_kdt4(int k, int t0, float4 x) const {
-    *reinterpret_cast<float4*>(reinterpret_cast<float*>(base + kIOffKdT) + kdt_at(k, t0)) = x;
-  }
-  // The scratch to the unit (between two barriers), columns t .. t + 3 of
-  // row k a thread (t a multiple of 4): its even columns are a float2 of the
-  // unit (cm_at's slots t % 8 / 2 ..), its odd ones the float2 32 floats on.
-  __device__ void publish_kdt() const {
-    __syncthreads();  // every put_kdt4 is in the scratch
-    const float* src = reinterpret_cast<const float*>(base + kIOffKdT);
-    float* dst = out(kUnitKdT);
-    for (int i = threadIdx.x; i < kD * kC / 4; i += kThreads) {
-      const int k = i / (kC / 4), t = 4 * (i % (kC / 4));
-      const float4 x = *reinterpret_cast<const float4*>(src + kdt_at(k, t));
-      float* cm = dst + cm_at<kC>(k, t);
-      *reinterpret_cast<float2*>(cm) = make_float2(x.x, x.z);
-      *reinterpret_cast<float2*>(cm + 32) = make_float2(x.y, x.w);
-    }
-    __syncthreads();  // the scratch is free for M and T
+    float* cm = out(kUnitKdT) + cm_at<kC>(k, t0);
+    *reinterpret_cast<float2*>(cm) = make_float2(x.x, x.z);
+    *reinterpret_cast<float2*>(cm + 32) = make_float2(x.y, x.w);
   }
   __device__ void put_gamma_c(int k, float x) const { out(kUnitGammaC)[k] = x; }
   __device__ void put_a(int t, int s, float x) const { out(kUnitA)[cm_at<kC>(t, s)] = x; }
