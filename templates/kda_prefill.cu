@@ -774,17 +774,16 @@ __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;
   if constexpr (S::kRowTasks) {
     static_assert(kSubs == 4 && kWarps >= 6, "the row tasks are for four sub-chunks and six warps");
-    if (!below_only && warp < 4) {
-      const int i = warp < 2 ? 3 : 4 - warp;  // warps 0-3: rows 3, 3, 2, 1
-      factored_row<2>(sm, i, warp == 1 ? 2 : 0, kSub * i + 7);
+    if (!below_only) {
+      if (warp < 4) {
+        const int i = warp < 2 ? 3 : 4 - warp;  // warps 0-3: rows 3, 3, 2, 1
+        factored_row<2>(sm, i, warp == 1 ? 2 : 0, kSub * i + 7);
+      } else if (warp < 6) {
+        const int i = warp == 4 ? 2 : 0;
+        factored_row<1>(sm, i, i, kSub * i + 7);
+      }
       return;
     }
-    if (!below_only && warp < 6) {
-      const int i = warp == 4 ? 2 : 0;
-      factored_row<1>(sm, i, i, kSub * i + 7);
-      return;
-    }
-    if (!below_only) return;
   }
   const int tasks = below_only ? kSubs * (kSubs - 1) / 2 : kSubs * (kSubs + 1) / 2;
   for (int task = warp; task < tasks; task += kWarps) {
@@ -1594,9 +1593,9 @@ struct IntraSmem {
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;
   static constexpr bool kRowTasks = true;  // step 3 in tasks of a row's blocks (factored_blocks)
+  static constexpr bool kLateOperands = true;  // step 2 on warps 4-7 during the inverse's diagonal blocks
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
-  static constexpr bool kLateOperands = true;  // step 2 on warps 4-7 during the inverse's diagonal blocks
   // Columns t0 .. t0 + 3 of row k (t0 a multiple of 4): cm_at puts the even
   // ones in a float2 (slots t0 % 8 / 2 ..) and the odd ones in the float2 32
   // floats on.
@@ -1706,10 +1705,10 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* s
   for (long long u = blockIdx.y; u < units; u += gridDim.y) {
     unsigned char* unit = unit_ptr(p, u, h);
     const IntraSmem sm{smem, unit};
-    int n = -1, lo = 0, q0 = 0, q1 = 0, slot = 0;
+    int n = -1, q0 = 0, q1 = 0, slot = 0;
     long long j = -1;
     if (p.num_seqs > 0) {
-      int hi = p.num_seqs - 1;
+      int lo = 0, hi = p.num_seqs - 1;
       while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
         if (unit_base(p, mid) <= u) lo = mid;
