@@ -116,7 +116,7 @@ enum : int {
   kSmemBytes = kOffUnitBar + 8,
 };
 static_assert(kSmemBytes <= KDA_SMEM_BYTES, "the prefill layout must fit the launch's dynamic shared memory");
-static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0, "16-byte aligned regions");
+static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0 && kLdOb % 8 == 0, "16-byte aligned regions and OB rows");
 
 // Step 5's B operands (W and Q̂ ∘ Γ [t][k], KdT [k][s], A [t][s]; kCols
 // columns, the contraction index) in shared memory and in route twopass's
@@ -1455,10 +1455,21 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 
 // Step 6 of the chunk op: round_bf16(o) of the chunk's rows as they are,
 // this CTA's values [c0, c1) (route twopass: its state rows' share; also the
-// prefill op's input to its norm kernel, norm_rows).
+// prefill op's input to its norm kernel, norm_rows). With 16-byte output
+// rows (the pointer and the row stride; c0, c1 and v0 are multiples of 8,
+// and c1 - c0 a power of two up to kVRows) a thread moves 8 values a store,
+// groups = (c1 - c0) / 8 threads a row; else one value a store.
 __device__ __forceinline__ void plain_output(const KdaParams& p, const Smem& sm, int h, int v0, int c0, int c1,
                                              long long row0, int L) {
   const int cols = c1 - c0;
+  if (((reinterpret_cast<unsigned long long>(p.output) & 15) | (p.out_row_stride & 7)) == 0) {
+    const int groups = cols / 8, g = threadIdx.x & (groups - 1);
+    kda_bf16_bits* out = p.output + h * kD + v0 + c0 + 8 * g;
+    const unsigned short* ob = sm.ob() + c0 + 8 * g;
+    for (int t = threadIdx.x / groups; t < L; t += kThreads / groups)
+      *reinterpret_cast<U4*>(out + (row0 + t) * p.out_row_stride) = *reinterpret_cast<const U4*>(ob + t * kLdOb);
+    return;
+  }
   for (int i = threadIdx.x; i < L * cols; i += kThreads) {
     const int t = i / cols, vv = c0 + i % cols;
     p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = sm.ob()[t * kLdOb + vv];
