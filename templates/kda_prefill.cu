@@ -158,6 +158,7 @@ struct Smem {
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
   static constexpr bool kLateOperands = false;  // step 2 by every thread before step 3
+  static constexpr bool kGateFtz = false;  // the bounded gate's sigmoid as sigmoid(): sigmoid_ftz spilled (chunk rowcta 44 bytes)
   __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
   __device__ void put_kdt4(int k, int t0, float4 x) const {
     float* d = KdT();
@@ -227,12 +228,13 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 __device__ __forceinline__ float sigmoid_ftz(float x) { return rcp_ftz(1.0f + exp_ftz(-x)); }
 
 // Log decay gv (§2 step 4) of the gate logit g = raw_gate + dt_bias: <= 0.
+template <bool kFtz = false>
 __device__ __forceinline__ float gate_log(float g, float A, float lower_bound) {
 #if KDA_GATE_SOFTPLUS
   (void)lower_bound;
   return -A * softplus(g);
 #else
-  return lower_bound * sigmoid(A * g);
+  return lower_bound * (kFtz ? sigmoid_ftz(A * g) : sigmoid(A * g));
 #endif
 }
 
@@ -468,7 +470,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    if (t < L) acc += gate_log(gb[i] + gate.dtb, gate.A, p.lower_bound);
+    if (t < L) acc += gate_log<S::kGateFtz>(gb[i] + gate.dtb, gate.A, p.lower_bound);
     G[g_at(t, k)] = acc;
   }
   if (threadIdx.x < kC) {
@@ -1605,6 +1607,7 @@ struct IntraSmem {
   static constexpr bool kSolvedInRegion1 = false;
   static constexpr bool kRowTasks = true;  // step 3 in tasks of a row's blocks (factored_blocks)
   static constexpr bool kLateOperands = true;  // step 2 on warps 4-7 during the inverse's diagonal blocks
+  static constexpr bool kGateFtz = true;  // the bounded gate's sigmoid as sigmoid_ftz (ex2 and rcp, .ftz)
   __device__ float* out(int off) const { return reinterpret_cast<float*>(unit + off); }
   __device__ void put_qg(int t, int k, float x) const { out(kUnitQg)[cm_at<kD>(t, k)] = x; }
   // Columns t0 .. t0 + 3 of row k (t0 a multiple of 4): cm_at puts the even
