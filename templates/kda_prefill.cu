@@ -448,14 +448,11 @@ __device__ __forceinline__ GateConstants gate_constants(const KdaParams& p, int 
 
 // Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
 // have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
-// half of the chunk, then the second half adds the first half's total. The
-// raw gates and β come from global memory, or (kStaged) from the copy that
-// conv_gates_staged made (bf16 [kC][kD], rows past L zero) and, for thread
-// t < L, `staged_beta` (its raw β, loaded there).
-template <bool kStaged = false, class S>
+// half of the chunk, then the second half adds the first half's total
+// (conv_gates_staged sums in the same order).
+template <class S>
 __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int h, long long row0, int L,
-                                            const GateConstants& gate, const unsigned short* staged = nullptr,
-                                            float staged_beta = 0.f) {
+                                            const GateConstants& gate) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
   const bool g_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_G_F32);
@@ -464,8 +461,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    gb[i] = kStaged ? bf16_to_f32(staged[t * kD + k])
-                    : load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
+    gb[i] = load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
   }
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
@@ -479,7 +475,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
     const bool b_sigmoid = !kChunk || (p.chunk_flags & KDA_CHUNK_BETA_SIGMOID);
     float b = 0.f;
     if (t < L) {
-      b = kStaged ? staged_beta : load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
+      b = load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
       if (b_sigmoid) b = sigmoid(b);
     }
     sm.beta()[t] = b;
@@ -501,9 +497,12 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
 // whole; rows past L zero), the three rows before the chunk into a history
 // buffer (x's rows, or the slot's taps for a sequence's first chunk, or
 // zeros without an initial state), the raw gate rows beside it; the history
-// and the gates lie over M and T, which step 1 does not use. Then the conv
-// runs in place, a channel pair a thread over the chunk's rows in order.
-// The arithmetic is conv_tasks<2>'s, so the results are the same bits.
+// and the gates lie over M and T, which step 1 does not use. Then warps 0-5
+// run the conv in place, a channel pair a thread over the chunk's rows in
+// order, while warps 6-7 sum G, a column pair a thread (about as many
+// exponentials and products a thread as a conv thread's), and β. The
+// arithmetic and the order of the sums are conv_tasks<2>'s and
+// gates_chunk's, so the results are the same bits.
 enum : int { kStageHistOff = kC * kD * 2 };  // bytes into the stage: the history after the raw gates
 __device__ __forceinline__ bool inputs_stageable(const KdaParams& p) {
   return ((reinterpret_cast<unsigned long long>(p.x) | reinterpret_cast<unsigned long long>(p.raw_gate)) & 15) == 0 &&
@@ -516,8 +515,9 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, 
 template <class S>
 __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
                                                   int L, bool initial, long long cbase, const GateConstants& gate) {
-  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces };
-  static_assert(S::kStagedInputs && kChans / 2 <= kThreads && kVRows == kD, "a channel pair a thread, every value row");
+  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces, kConvThreads = kChans / 2 };
+  static_assert(S::kStagedInputs && kVRows == kD && kThreads - kConvThreads == kC && 2 * kC == kD,
+                "a channel pair a conv thread; a column pair and a token a gate thread");
   const long long row0 = q0 + c0;
   const int stride = static_cast<int>(p.x_row_stride);
   unsigned short* gstage = sm.stage();
@@ -549,19 +549,31 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
       hist[r * kChans + c] = initial ? p.conv_state[cbase + conv_offset(p, col, r)] : static_cast<unsigned short>(0);
     }
   }
-  cp_async_wait_all();
-  __syncthreads();
-  // Thread c < kChans / 2 convolves channels 2c, 2c + 1 over the whole chunk in
-  // place, reading each row before it overwrites it (no other thread touches
-  // the pair).
-  if (threadIdx.x < kChans / 2) {
-    const int c = 2 * threadIdx.x, j = c / kD, d = c % kD;
-    unsigned short* m = j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv();
-    float w[kW][2];
+  // While the copies land: thread c < kConvThreads loads the conv weights of
+  // channels 2c, 2c + 1; thread kConvThreads + u the dt_bias of columns 2u,
+  // 2u + 1 and the raw β of token u.
+  const int c = 2 * threadIdx.x, u = threadIdx.x - kConvThreads;
+  float w[kW][2];
+  float dtb[2] = {0.f, 0.f}, beta = 0.f;
+  if (threadIdx.x < kConvThreads) {
 #pragma unroll
     for (int i = 0; i < kW; ++i)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) w[i][e] = p.conv_weight[(j * kW + i) * grid_hidden() + h * kD + d + e];
+      for (int e = 0; e < 2; ++e) w[i][e] = p.conv_weight[(c / kD * kW + i) * grid_hidden() + h * kD + c % kD + e];
+  } else {
+    if (p.dt_bias != nullptr) {
+      dtb[0] = p.dt_bias[h * kD + 2 * u];
+      dtb[1] = p.dt_bias[h * kD + 2 * u + 1];
+    }
+    if (u < L) beta = load_bf16_or_f32(p.raw_beta, (row0 + u) * p.beta_row_stride + h, false);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  if (threadIdx.x < kConvThreads) {
+    // Channels 2c, 2c + 1 over the whole chunk in place, each row read before
+    // it is overwritten (no other thread touches the pair).
+    const int j = c / kD, d = c % kD;
+    unsigned short* m = j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv();
     float x[3][2];  // the three inputs before the next row
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
@@ -592,10 +604,28 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
         *reinterpret_cast<unsigned*>(m + qk_at(t0 + i, d)) = t0 + i < L ? pack_bf16x2(y[0], y[1]) : 0u;
       }
     }
+  } else {
+    // G of columns 2u, 2u + 1 over the chunk, summed as gates_chunk sums it
+    // (tokens 0 .. 31 in order; tokens 32 .. 63 in order from zero, then plus
+    // the sum at token 31), so the same bits; and β of token u.
+    float* G = sm.G();
+    float acc[2] = {0.f, 0.f}, base[2] = {0.f, 0.f};
+#pragma unroll 8
+    for (int t = 0; t < kC; ++t) {
+      if (t == kC / 2) {
+        base[0] = acc[0], base[1] = acc[1];
+        acc[0] = acc[1] = 0.f;
+      }
+      const unsigned gw = *reinterpret_cast<const unsigned*>(gstage + t * kD + 2 * u);
+      if (t < L) {
+        acc[0] += gate_log<S::kGateFtz>(bf16lo_to_f32(gw) + dtb[0], gate.A, p.lower_bound);
+        acc[1] += gate_log<S::kGateFtz>(bf16hi_to_f32(gw) + dtb[1], gate.A, p.lower_bound);
+      }
+      *reinterpret_cast<float2*>(G + g_at(t, 2 * u)) =
+          t < kC / 2 ? make_float2(acc[0], acc[1]) : make_float2(acc[0] + base[0], acc[1] + base[1]);
+    }
+    sm.beta()[u] = u < L ? sigmoid(beta) : 0.f;
   }
-  const float beta = threadIdx.x < L ? load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h, false)
-                                     : 0.f;
-  gates_chunk<true>(p, sm, h, row0, L, gate, gstage, beta);
 }
 
 // Step 2: Qg, KdT and Γ_C on threads kFirst .. kThreads - 1 (the fused
@@ -1495,7 +1525,7 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
   bool staged = false;
   if constexpr (S::kStagedInputs && !kChunk && kVRows == kD) {  // route twopass (P = 1 here)
     staged = inputs_stageable(p);
-    if (staged) conv_gates_staged(p, sm, h, q0, c0, L, initial, cbase, gate);  // contains a barrier after step 1's stores
+    if (staged) conv_gates_staged(p, sm, h, q0, c0, L, initial, cbase, gate);
   }
   if (!staged) {
     if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
