@@ -449,10 +449,12 @@ __device__ __forceinline__ GateConstants gate_constants(const KdaParams& p, int 
 // Step 1: G (inclusive cumulative log decay per column) and β; tokens past L
 // have gv = 0 and β = 0, so they change nothing. Thread (k, half) sums its
 // half of the chunk, then the second half adds the first half's total
-// (conv_gates_staged sums in the same order).
-template <class S>
+// (conv_gates_staged sums in the same order). kStaged (the chunk op's
+// load_gates_staged): the raw gates are rows of kD in sm.stage() (bf16, or f32
+// with KDA_CHUNK_G_F32) and thread t < kC brings token t's raw β in raw_b.
+template <bool kStaged = false, class S>
 __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int h, long long row0, int L,
-                                            const GateConstants& gate) {
+                                            const GateConstants& gate, float raw_b = 0.f) {
   const int k = threadIdx.x & (kD - 1), half = threadIdx.x / kD;
   float* G = sm.G();
   const bool g_f32 = kChunk && (p.chunk_flags & KDA_CHUNK_G_F32);
@@ -461,7 +463,11 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
     const int t = half * (kC / 2) + i;
-    gb[i] = load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
+    if constexpr (kStaged) {
+      gb[i] = g_f32 ? reinterpret_cast<const float*>(sm.stage())[t * kD + k] : bf16_to_f32(sm.stage()[t * kD + k]);
+    } else {
+      gb[i] = load_bf16_or_f32(p.raw_gate, (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + k, g_f32);
+    }
   }
 #pragma unroll
   for (int i = 0; i < kC / 2; ++i) {
@@ -475,7 +481,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
     const bool b_sigmoid = !kChunk || (p.chunk_flags & KDA_CHUNK_BETA_SIGMOID);
     float b = 0.f;
     if (t < L) {
-      b = load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
+      b = kStaged ? raw_b : load_bf16_or_f32(p.raw_beta, (row0 + t) * p.beta_row_stride + h, b_f32);
       if (b_sigmoid) b = sigmoid(b);
     }
     sm.beta()[t] = b;
@@ -626,6 +632,57 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
     }
     sm.beta()[u] = u < L ? sigmoid(beta) : 0.f;
   }
+}
+
+// Step 1 of the chunk op with its inputs staged (route twopass's intra-chunk
+// kernel, when q, k, v and g allow 16-byte copies: the pointers 16-byte
+// aligned, the row strides whole 16-byte groups). Every input of the chunk
+// is copied into shared memory by cp.async in one batch, so the chunk waits
+// on global memory once instead of once per batch of load_chunk's 2-byte
+// loads and again for the gates: q, k and v rows into the buffers the
+// fused kernels' load_chunk fills (rows past L zero), the raw gate rows over
+// M and T (bf16 16 KB, or f32 32 KB: all of both), each token's raw β into
+// a register of thread t. Then gates_chunk from the staged rows: the same
+// arithmetic in the same order as from global memory, so the same bits.
+__device__ __forceinline__ bool chunk_inputs_stageable(const KdaParams& p) {
+  const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
+  return ((reinterpret_cast<unsigned long long>(p.q) | reinterpret_cast<unsigned long long>(p.k) |
+           reinterpret_cast<unsigned long long>(p.v) | reinterpret_cast<unsigned long long>(p.raw_gate)) & 15) == 0 &&
+         ((p.q_row_stride | p.k_row_stride | p.v_row_stride) & 7) == 0 && (p.gate_row_stride & (g_f32 ? 3 : 7)) == 0;
+}
+template <class S>
+__device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& sm, int h, long long row0, int L,
+                                                  const GateConstants& gate) {
+  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces };
+  static_assert(S::kStagedInputs && kVRows == kD, "the whole head's v rows");
+  for (int i = threadIdx.x; i < kC * kRowPieces; i += kThreads) {
+    const int t = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
+    const long long row = row0 + (t < L ? t : 0);
+    const unsigned short* src = j == 0   ? p.q + row * p.q_row_stride
+                                : j == 1 ? p.k + row * p.k_row_stride
+                                         : p.v + row * p.v_row_stride;
+    unsigned short* dst = (j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv()) + qk_at(t, c);
+    cp_async_16_or_zero(dst, src + h * kD + c, t < L);
+  }
+  const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
+  const int per_row = g_f32 ? kD / 4 : kD / 8;  // 16-byte pieces of a gate row
+  for (int i = threadIdx.x; i < kC * per_row; i += kThreads) {
+    const int t = i / per_row, c = i % per_row * (g_f32 ? 4 : 8);
+    const long long at = (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + c;
+    if (g_f32) {
+      cp_async_16_or_zero(reinterpret_cast<float*>(sm.stage()) + t * kD + c, reinterpret_cast<const float*>(p.raw_gate) + at,
+                          t < L);
+    } else {
+      cp_async_16_or_zero(sm.stage() + t * kD + c, p.raw_gate + at, t < L);
+    }
+  }
+  float raw_b = 0.f;
+  if (threadIdx.x < kC && static_cast<int>(threadIdx.x) < L)
+    raw_b = load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h,
+                             p.chunk_flags & KDA_CHUNK_BETA_F32);
+  cp_async_wait_all();
+  __syncthreads();
+  gates_chunk<true>(p, sm, h, row0, L, gate, raw_b);
 }
 
 // Step 2: Qg, KdT and Γ_C on threads kFirst .. kThreads - 1 (the fused
@@ -1523,9 +1580,14 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
                                             const GateConstants& gate) {
   const long long row0 = q0 + c0;
   bool staged = false;
-  if constexpr (S::kStagedInputs && !kChunk && kVRows == kD) {  // route twopass (P = 1 here)
-    staged = inputs_stageable(p);
-    if (staged) conv_gates_staged(p, sm, h, q0, c0, L, initial, cbase, gate);
+  if constexpr (S::kStagedInputs && kVRows == kD) {  // route twopass (P = 1 here)
+    if constexpr (kChunk) {
+      staged = chunk_inputs_stageable(p);
+      if (staged) load_gates_staged(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
+    } else {
+      staged = inputs_stageable(p);
+      if (staged) conv_gates_staged(p, sm, h, q0, c0, L, initial, cbase, gate);
+    }
   }
   if (!staged) {
     if constexpr (kChunk) load_chunk(p, sm, h, v0, row0, L);
@@ -1614,6 +1676,7 @@ enum : int {
   kIntraSmemBytes = kIOffBeta + kC * 4,
 };
 static_assert(kIOffM + kStageHistOff + 3 * kChans * 2 <= kIOffRq, "step 1's staged gates and history fit over M and T");
+static_assert(kIOffM + kC * kD * 4 <= kIOffRq, "the chunk op's staged f32 raw gates fit over M and T");
 #if KDA_TWOPASS
 static_assert(kIntraSmemBytes <= KDA_INTRA_SMEM_BYTES, "the intra-chunk layout must fit its launch's shared memory");
 #endif

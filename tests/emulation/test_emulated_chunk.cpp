@@ -146,6 +146,24 @@ TEST_CASE("emulated chunk kernel: route twopass, ragged batch, one workspace ove
   check_key("kda_chunk.h2.state_bf16.conv_sd.t64.gate_bounded.route_twopass.sm_90", s, 0, &ws);
 }
 
+TEST_CASE("emulated chunk kernel: route twopass's step 1 staged with f32 g and beta, and unstaged for odd row strides",
+          "[emulation][chunk]") {
+  // The intra-chunk kernel copies q, k, v and g into shared memory when they
+  // allow 16-byte copies (f32 g fills all of the stage); a row stride that is
+  // not a whole 16 bytes (row pad 3) takes the fused kernels' loads instead.
+  ChunkSpec s;
+  s.heads = 2;
+  s.lengths = {65, 0, 3};
+  s.rows_after = 3;
+  s.seed = 9808;
+  s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_F32;
+  check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", s);
+  s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_BF16;
+  s.seed = 9809;
+  s.row_pad = 3;
+  check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", s);
+}
+
 TEST_CASE("emulated chunk kernel: route twopass, sequences out of row order, malformed ranges", "[emulation][chunk]") {
   // [70, 140) live, [140, 0) malformed, [0, 70) live: the second live
   // sequence's first chunk has no unit of its own (unit_base is 1, 3, 2:

@@ -123,6 +123,14 @@ TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[
   check_routes(c, {"rowcta", "split8", "twopass"});
 }
 
+TEST_CASE("chunk: q, k and output rows not 16-byte aligned (route twopass's step 1 unstaged), every route", "[gpu][chunk]") {
+  ChunkSpec s;
+  s.row_pad = 3;
+  s.lengths = {65, 0, 200, 1};
+  s.seed = 9303;
+  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
+}
+
 TEST_CASE("chunk: route twopass at P = 8, 4, 2 and 1 state pass CTAs per (sequence, head)", "[gpu][chunk]") {
   // The default 6 sequences at H = 2, 4, 8 and 16: the largest P with
   // P x N x H <= 132 SMs is 8, 4, 2, 1 (state_pass_shared at P = 8 and 4,

@@ -78,6 +78,7 @@ std::string ChunkSpec::name() const {
   if (in_place) s += ", in place";
   else if (!final_state) s += ", no final state";
   if (!dt_bias) s += ", no dt_bias";
+  if (row_pad % 8 != 0) s += fmt::format(", row pad {}", row_pad);
   // The sequences: which call of a test this is (a failure names it).
   if (cu.empty()) s += fmt::format(", lengths {}", fmt::join(lengths, " "));
   else s += fmt::format(", cu_seqlens {}, T_total {}", fmt::join(cu, " "), rows);
@@ -97,7 +98,7 @@ ChunkProblem ChunkProblem::make(const ChunkSpec& s) {
   p.H = s.heads;
   p.N = static_cast<int64_t>(cu.size()) - 1;
   p.R = s.rows > 0 ? s.rows : *std::max_element(cu.begin(), cu.end()) + s.rows_after;
-  const int64_t H = p.H, R = p.R, N = p.N, hidden = H * kD, pad = 8, slice = kD * kD;
+  const int64_t H = p.H, R = p.R, N = p.N, hidden = H * kD, pad = s.row_pad, slice = kD * kD;
   // Padded strides: row padding of q, k, output, beta and the sequence stride
   // of initial_state are never read (and never written: they stay poisoned).
   p.q = host_tensor(KDAJIT_DTYPE_BF16, {R, H, kD}, {hidden + pad, kD, 1});

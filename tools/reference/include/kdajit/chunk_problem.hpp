@@ -28,6 +28,7 @@ struct ChunkSpec {
   std::vector<int32_t> cu;  // cu_seqlens as given (malformed ranges); empty: from lengths
   int rows_after = 5;       // rows past cu[N] (zeros)
   int rows = 0;             // T_total; 0: the largest cu value + rows_after
+  int row_pad = 8;          // q's and output's row padding (k's twice it), elements; odd: rows not 16-byte aligned
   uint64_t seed = 1;
 
   std::string name() const;  // e.g. "kda_chunk.h16.state_f32 gate bounded g bf16 beta bf16, in place"
