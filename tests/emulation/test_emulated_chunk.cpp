@@ -43,15 +43,32 @@ void check_key(const std::string& key_name, const ChunkSpec& s, unsigned max_wav
   CHECK(r.pass);
 }
 
+// Two heads over two chunks (the second of one row), an empty sequence and a short one.
+ChunkSpec ragged(uint64_t seed) {
+  ChunkSpec s;
+  s.heads = 2;
+  s.lengths = {65, 0, 3};
+  s.rows_after = 3;
+  s.seed = seed;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("emulated chunk kernel: ragged batch, every route, f32 state, bounded gate", "[emulation][chunk]") {
   for (const char* route : {"rowcta", "split2", "split4", "split8"}) {
-    ChunkSpec s;
-    s.heads = 2;
-    s.lengths = {65, 0, 3};  // two chunks (the second of one row), an empty sequence, a short one
-    s.rows_after = 3;
-    s.seed = 9700;
+    const ChunkSpec s = ragged(9700);
+    check_key(std::string("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
+  }
+}
+
+TEST_CASE("emulated chunk kernel: no L2 norm, beta as given, rowcta and twopass", "[emulation][chunk]") {
+  // q and k as given (scale and 1 for every token): norm_scales' no-norm
+  // branch, in the fused kernel and in the intra-chunk kernel.
+  for (const char* route : {"rowcta", "twopass"}) {
+    ChunkSpec s = ragged(9706);
+    s.qk_l2norm = false;
+    s.beta_sigmoid = false;
     check_key(std::string("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_") + route + ".sm_90", s);
   }
 }
@@ -151,11 +168,7 @@ TEST_CASE("emulated chunk kernel: route twopass's step 1 staged with f32 g and b
   // The intra-chunk kernel copies q, k, v and g into shared memory when they
   // allow 16-byte copies (f32 g fills all of the stage); a row stride that is
   // not a whole 16 bytes (row pad 3) takes the fused kernels' loads instead.
-  ChunkSpec s;
-  s.heads = 2;
-  s.lengths = {65, 0, 3};
-  s.rows_after = 3;
-  s.seed = 9808;
+  ChunkSpec s = ragged(9808);
   s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_F32;
   check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", s);
   s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_BF16;
