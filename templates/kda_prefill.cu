@@ -377,13 +377,62 @@ __device__ __forceinline__ void conv_state_out(const KdaParams& p, int h, int v0
   }
 }
 
+// Whether q, k and v allow 16-byte copies of their rows: the pointers
+// 16-byte aligned, the row strides whole 16 bytes.
+__device__ __forceinline__ bool chunk_rows_copyable(const KdaParams& p) {
+  return ((reinterpret_cast<unsigned long long>(p.q) | reinterpret_cast<unsigned long long>(p.k) |
+           reinterpret_cast<unsigned long long>(p.v)) & 15) == 0 &&
+         ((p.q_row_stride | p.k_row_stride | p.v_row_stride) & 7) == 0;
+}
+__device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(copy ? 16 : 0)
+               : "memory");
+}
+// Issues the 16-byte copies of q, k and this CTA's v slice of chunk rows
+// row0 .. row0 + L - 1 into the buffers the conv fills (rows past L zero);
+// the caller waits for them (cp_async_wait_all) before the barrier that
+// precedes their first reader.
+template <class S>
+__device__ __forceinline__ void copy_chunk_rows(const KdaParams& p, const S& sm, int h, int v0, long long row0, int L) {
+  enum : int { kQK = kD / 8, kRow = 2 * kQK + kVRows / 8 };  // 16-byte pieces of a row
+  for (int i = threadIdx.x; i < kC * kRow; i += kThreads) {
+    const int t = i / kRow, r = i % kRow;
+    const long long row = row0 + (t < L ? t : 0);
+    const unsigned short* src;
+    unsigned short* dst;
+    if (r < kQK) {
+      src = p.q + row * p.q_row_stride + h * kD + 8 * r;
+      dst = sm.mq() + qk_at(t, 8 * r);
+    } else if (r < 2 * kQK) {
+      src = p.k + row * p.k_row_stride + h * kD + 8 * (r - kQK);
+      dst = sm.mk() + qk_at(t, 8 * (r - kQK));
+    } else {
+      src = p.v + row * p.v_row_stride + h * kD + v0 + 8 * (r - 2 * kQK);
+      dst = sm.mv() + v_at(t, 8 * (r - 2 * kQK));
+    }
+    cp_async_16_or_zero(dst, src, t < L);
+  }
+}
+
 // Step 1 of the chunk op: q, k and this CTA's v slice of chunk rows row0 ..
-// row0 + L - 1 into the buffers the conv fills (rows past L give zeros).
-// Element i of the chunk is (token i / kChans, channel i % kChans): a warp
-// reads consecutive channels of one row; every load of a batch is issued
-// before its stores.
+// row0 + L - 1 into the buffers the conv fills (rows past L give zeros): in
+// the fused routes by copy_chunk_rows when the rows allow it (one wait for
+// the chunk), else element by element: element i of the chunk is (token i /
+// kChans, channel i % kChans), a warp reads consecutive channels of one row,
+// and every load of a batch is issued before its stores. Route twopass's
+// kernels take the element path whenever they get here (its intra-chunk
+// kernel stages aligned rows itself, load_gates_staged; its state pass
+// computes a chunk only for a query_start_loc that is not non-decreasing),
+// where the copies' code cost its state pass 8 more bytes of spills.
 template <class S>
 __device__ __forceinline__ void load_chunk(const KdaParams& p, const S& sm, int h, int v0, long long row0, int L) {
+  if constexpr (!kTwopass) {
+    if (chunk_rows_copyable(p)) {
+      copy_chunk_rows(p, sm, h, v0, row0, L);
+      cp_async_wait_all();
+      return;
+    }
+  }
   enum : int { kPer = kC * kChans / kThreads, kBatch = 8 };
   static_assert(kC * kChans % kThreads == 0, "whole rounds of the chunk's elements");
   for (int jb = 0; jb < kPer; jb += kBatch) {
@@ -514,10 +563,6 @@ __device__ __forceinline__ bool inputs_stageable(const KdaParams& p) {
   return ((reinterpret_cast<unsigned long long>(p.x) | reinterpret_cast<unsigned long long>(p.raw_gate)) & 15) == 0 &&
          (p.x_row_stride & 7) == 0 && (p.gate_row_stride & 7) == 0 && p.x_row_stride < (1 << 24);
 }
-__device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, bool copy) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(copy ? 16 : 0)
-               : "memory");
-}
 template <class S>
 __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
                                                   int L, bool initial, long long cbase, const GateConstants& gate) {
@@ -646,24 +691,14 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
 // arithmetic in the same order as from global memory, so the same bits.
 __device__ __forceinline__ bool chunk_inputs_stageable(const KdaParams& p) {
   const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
-  return ((reinterpret_cast<unsigned long long>(p.q) | reinterpret_cast<unsigned long long>(p.k) |
-           reinterpret_cast<unsigned long long>(p.v) | reinterpret_cast<unsigned long long>(p.raw_gate)) & 15) == 0 &&
-         ((p.q_row_stride | p.k_row_stride | p.v_row_stride) & 7) == 0 && (p.gate_row_stride & (g_f32 ? 3 : 7)) == 0;
+  return chunk_rows_copyable(p) && (reinterpret_cast<unsigned long long>(p.raw_gate) & 15) == 0 &&
+         (p.gate_row_stride & (g_f32 ? 3 : 7)) == 0;
 }
 template <class S>
 __device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& sm, int h, long long row0, int L,
                                                   const GateConstants& gate) {
-  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces };
   static_assert(S::kStagedInputs && kVRows == kD, "the whole head's v rows");
-  for (int i = threadIdx.x; i < kC * kRowPieces; i += kThreads) {
-    const int t = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
-    const long long row = row0 + (t < L ? t : 0);
-    const unsigned short* src = j == 0   ? p.q + row * p.q_row_stride
-                                : j == 1 ? p.k + row * p.k_row_stride
-                                         : p.v + row * p.v_row_stride;
-    unsigned short* dst = (j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv()) + qk_at(t, c);
-    cp_async_16_or_zero(dst, src + h * kD + c, t < L);
-  }
+  copy_chunk_rows(p, sm, h, 0, row0, L);
   const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
   const int per_row = g_f32 ? kD / 4 : kD / 8;  // 16-byte pieces of a gate row
   for (int i = threadIdx.x; i < kC * per_row; i += kThreads) {

@@ -163,11 +163,12 @@ TEST_CASE("emulated chunk kernel: route twopass, ragged batch, one workspace ove
   check_key("kda_chunk.h2.state_bf16.conv_sd.t64.gate_bounded.route_twopass.sm_90", s, 0, &ws);
 }
 
-TEST_CASE("emulated chunk kernel: route twopass's step 1 staged with f32 g and beta, and unstaged for odd row strides",
+TEST_CASE("emulated chunk kernel: step 1 by 16-byte copies with f32 g and beta, and element-wise for odd row strides",
           "[emulation][chunk]") {
   // The intra-chunk kernel copies q, k, v and g into shared memory when they
-  // allow 16-byte copies (f32 g fills all of the stage); a row stride that is
-  // not a whole 16 bytes (row pad 3) takes the fused kernels' loads instead.
+  // allow 16-byte copies (f32 g fills all of the stage), the fused kernels q,
+  // k and v; a row stride that is not a whole 16 bytes (row pad 3) takes the
+  // element-wise loads.
   ChunkSpec s = ragged(9808);
   s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_F32;
   check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", s);
@@ -175,6 +176,12 @@ TEST_CASE("emulated chunk kernel: route twopass's step 1 staged with f32 g and b
   s.seed = 9809;
   s.row_pad = 3;
   check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90", s);
+  // And the fused kernels' load_chunk on both of its paths.
+  for (int pad : {3, 8}) {
+    s.row_pad = pad;
+    check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90", s);
+    check_key("kda_chunk.h2.state_f32.conv_sd.t64.gate_bounded.route_split4.sm_90", s);
+  }
 }
 
 TEST_CASE("emulated chunk kernel: route twopass, sequences out of row order, malformed ranges", "[emulation][chunk]") {
