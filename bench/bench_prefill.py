@@ -110,7 +110,10 @@ FLOP_PER_CHUNK_HEAD = (2 * CHUNK * CHUNK * D * 2      # Q K^T, K K^T
                        + 2 * CHUNK * D * D * 2        # W S^T, Q S^T
                        + 2 * CHUNK * CHUNK * D        # A Delta
                        + 2 * CHUNK * D * D)           # Delta^T K (the state update)
-ROUTES = ("rowcta", "split2", "split4", "split8", "twopass")
+ROUTES = ("rowcta", "split2", "split4", "split8", "twopass", "rowcta16")
+# Routes the selector never picks: kdajit.keys_for lists no key of theirs, so a
+# forced call's first call (a warm-up) compiles it.
+FORCED_ONLY = ("rowcta16",)
 LOWER_BOUND = -5.0
 NORM_EPS = 1e-6
 CHECK_LIMIT = 2e-2  # output relative L2, kdajit vs the FLA engine
@@ -557,8 +560,9 @@ def selected_key(kdajit, fn, args, kwargs):
 def prewarm_keys(kdajit, heads, states):
     """Every kernel key the grid can call: per op (prefill, chunk), H and state
     dtype, the key of each route that serves it (kdajit.keys_for: the selector
-    picks one of these, --routes forces each). Returns (keys, error texts of the
-    ops whose keys the package could not give)."""
+    picks one of these, --routes forces each; FORCED_ONLY's keys are not
+    listed). Returns (keys, error texts of the ops whose keys the package
+    could not give)."""
     keys, errors = [], []
     for op in OPS:
         try:

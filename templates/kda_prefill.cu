@@ -6,8 +6,9 @@
 // one CTA per SM. The CTA (cluster rank r) at blockIdx.y / KDA_SPLIT handles
 // sequences n, n + wave, ... of head blockIdx.x and owns value rows
 // v0 = r * 128 / KDA_SPLIT .. v0 + kVRows - 1 of their state, output and v
-// conv channels. It walks a sequence's chunks of kC = 64 tokens in order; per
-// chunk:
+// conv channels. It walks a sequence's chunks of kC = 64 tokens in order
+// (route rowcta16: kC = 16, one sub-chunk: A and M one block, T its forward
+// substitution); per chunk:
 //   1. conv + SiLU of its q, k and v channels (rounding point 1), the q/k L2
 //      norm scales, the gates' cumulative log decay G (inclusive, per column),
 //      beta;
@@ -81,7 +82,7 @@ enum : int {
 constexpr bool kChunk = KDA_CHUNK != 0;
 constexpr bool kTwopass = KDA_TWOPASS != 0;
 constexpr bool kWgmma = KDA_WGMMA != 0;
-static_assert(kC == 64, "the prefill kernel is written for chunks of 64 tokens");
+static_assert(kC == 64 || (kC == 16 && !kTwopass && kSplit == 1), "chunks of 64 tokens, or of 16 on route rowcta");
 static_assert(kThreads == 256, "the prefill kernel runs 8 warps");
 static_assert(static_cast<int>(kSolveCols) <= static_cast<int>(kThreads), "one substitution column per thread");
 
@@ -567,8 +568,8 @@ template <class S>
 __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
                                                   int L, bool initial, long long cbase, const GateConstants& gate) {
   enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces, kConvThreads = kChans / 2 };
-  static_assert(S::kStagedInputs && kVRows == kD && kThreads - kConvThreads == kC && 2 * kC == kD,
-                "a channel pair a conv thread; a column pair and a token a gate thread");
+  static_assert(kC == 16 || (S::kStagedInputs && kVRows == kD && kThreads - kConvThreads == kC && 2 * kC == kD),
+                "a channel pair a conv thread; a column pair and a token a gate thread (route twopass: chunks of 64)");
   const long long row0 = q0 + c0;
   const int stride = static_cast<int>(p.x_row_stride);
   unsigned short* gstage = sm.stage();
@@ -807,7 +808,7 @@ __device__ __forceinline__ bool factored_blocks_safe(const S& sm) {
   const float* G = sm.G();
   bool ok = true;
 #pragma unroll
-  for (int b = 2 * half; b < 2 * half + 2; ++b) {
+  for (int b = kSubs == 1 ? half : 2 * half; b < (kSubs == 1 ? 1 : 2 * half + 2); ++b) {
     const float first = G[g_at(kSub * b, k)], mid = G[g_at(kSub * b + 7, k)], last = G[g_at(kSub * b + kSub - 1, k)];
     ok = ok && first - mid <= kMaxHalfSpan && mid - last <= kMaxHalfSpan;
   }
@@ -897,7 +898,7 @@ template <class S>
 __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;
   if constexpr (S::kRowTasks) {
-    static_assert(kSubs == 4 && kWarps >= 6, "the row tasks are for four sub-chunks and six warps");
+    static_assert(kC == 16 || (kSubs == 4 && kWarps >= 6), "the row tasks are for four sub-chunks and six warps (route twopass: chunks of 64)");
     if (!below_only) {
       if (warp < 4) {
         const int i = warp < 2 ? 3 : 4 - warp;  // warps 0-3: rows 3, 3, 2, 1
@@ -959,8 +960,8 @@ __device__ __forceinline__ void block_put(const S& sm, const float (&acc)[kRows]
   for (int e = 0; e < kRows; ++e) sm.T()[sm.t_at(kSub * i + r0 + e, kSub * j + c)] = sign * acc[e];
 }
 template <class S>
-__device__ __forceinline__ void invert(const S& sm) {
-  static_assert(kSubs == 4 && kWarps == 8, "the block formula below is written for 4 x 4 blocks on 8 warps");
+__device__ __forceinline__ void invert_blocks(const S& sm) {
+  static_assert(kSubs == 1 || (kSubs == 4 && kWarps == 8), "the block formula below is written for 4 x 4 blocks on 8 warps");
   float* T = sm.T();
   const float* M = sm.M();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1001,6 +1002,31 @@ __device__ __forceinline__ void invert(const S& sm) {
   for (int m = 2; m <= r; ++m) block_product<true>(sm, q, r0, r, m, b, m);
   block_put(sm, q, r0, r, b, -1.f);
   __syncthreads();
+}
+// Chunks of 16: T is the one diagonal block, by forward substitution (a
+// column per thread of the first 16; zeros above the diagonal).
+template <class S>
+__device__ __forceinline__ void invert_block(const S& sm) {
+  if (threadIdx.x < kSub) {
+    const int c = threadIdx.x;
+    const float* M = sm.M();
+    float x[kSub];
+#pragma unroll
+    for (int t = 0; t < kSub; ++t) {
+      float acc = t == c ? 1.f : 0.f;
+#pragma unroll
+      for (int s = 0; s < t; ++s) acc = fmaf(-M[t * kC + s], x[s], acc);
+      x[t] = acc;
+    }
+#pragma unroll
+    for (int t = 0; t < kSub; ++t) sm.T()[sm.t_at(t, c)] = x[t];
+  }
+  __syncthreads();
+}
+template <class S>
+__device__ __forceinline__ void invert(const S& sm) {
+  if constexpr (kSubs == 1) invert_block(sm);
+  else invert_blocks(sm);
 }
 
 // Step 4b: [W | U] = T [diag(β) (K̂ ∘ Γ) | diag(β) V] on the tensor cores.
@@ -1378,6 +1404,23 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], unsigned a0, unsig
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
 }
 
+__device__ __forceinline__ void wgmma_n16(float (&d)[2][4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned long long desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+}
+// d += a x B over the chunk's tokens (n = kC: 8 tiles of 8 columns, or 2).
+template <int kN>
+__device__ __forceinline__ void wgmma_tokens(float (&d)[kN][4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned long long desc) {
+  static_assert(kN == 8 || kN == 2, "chunks of 64 or 16 tokens");
+  if constexpr (kN == 8) wgmma_n64(d, a0, a1, a2, a3, desc);
+  else wgmma_n16(d, a0, a1, a2, a3, desc);
+}
+
 // Step 5 for the warpgroup of warp w < kSWarps (its 4 warps: local value rows
 // 64 (w / 4) ..), the products of state_pass on wgmma: B read once per
 // warpgroup from W, Q̂ ∘ Γ, A and KdT (cm_at), A operands from registers
@@ -1395,8 +1438,8 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
     unsigned a[4];
     st.a_fragment(kk, a);
     wgmma_fence();
-    wgmma_n64(d, a[0], a[1], a[2], a[3], cm_desc(sm.W() + 64 * kk, kD / 4 * 128));
-    wgmma_n64(o, a[0], a[1], a[2], a[3], cm_desc(sm.Qg() + 64 * kk, kD / 4 * 128));
+    wgmma_tokens(d, a[0], a[1], a[2], a[3], cm_desc(sm.W() + 64 * kk, kD / 4 * 128));
+    wgmma_tokens(o, a[0], a[1], a[2], a[3], cm_desc(sm.Qg() + 64 * kk, kD / 4 * 128));
     wgmma_commit();
     wgmma_wait<1>();
   }
@@ -1412,7 +1455,7 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks)
-    wgmma_n64(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.A() + 64 * ks, kC / 4 * 128));
+    wgmma_tokens(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.A() + 64 * ks, kC / 4 * 128));
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks)
     wgmma_n128(st.s, da[ks][0], da[ks][1], da[ks][2], da[ks][3], cm_desc(sm.KdT() + 64 * ks, kC / 4 * 128));
@@ -1423,6 +1466,18 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
   store_output(sm, o, vl);
 }
 #endif
+
+// Step 5 on the warps that hold the CTA's state rows: on wgmma where the
+// program has it (route twopass at P <= 2, rowcta; at P = 2 one of the two
+// warpgroups holds rows, and state_warp is the same for the 4 warps of a
+// warpgroup), else on mma.sync.
+__device__ __forceinline__ void state_pass_own(const Smem& sm, StateTile& st) {
+#if KDA_WGMMA
+  state_pass_wg(sm, st);
+#else
+  state_pass(sm, st);
+#endif
+}
 
 // Route twopass with P = 4 or 8 CTAs per (sequence, head) (kWg = P): the
 // CTA's 128 / P value rows are 8 / P groups of 16 (group `grp` of the CTA,
@@ -1440,8 +1495,8 @@ enum : int {
   kOffDT = kEndSolved,                   // f32 [8 / P][16][kLdDT]: Δ^T of each group (tf32-rounded)
   kOffSS = kOffM,                        // f32 [8 / P][16][kD]: each group's state, columns swizzled
 };
-static_assert(kOffDT % 16 == 0 && kOffDT + 2 * 16 * kLdDT * 4 <= kRegion1, "DT of two groups fits past U^T");
-static_assert(2 * 16 * kD * 4 <= kC * kC * 4, "SS of two groups fits over M");
+static_assert(!kTwopass || (kOffDT % 16 == 0 && kOffDT + 2 * 16 * kLdDT * 4 <= kRegion1), "DT of two groups fits past U^T");
+static_assert(!kTwopass || 2 * 16 * kD * 4 <= kC * kC * 4, "SS of two groups fits over M");
 // SS element (r, c) of a group: 8-column group c / 8 XORed with r mod 8, so
 // that a warp's pairs (g, 8 nt + 2q) fall in distinct banks.
 __device__ __forceinline__ int ss_index(int r, int c) { return r * kD + (c ^ ((r & 7) << 3)); }
@@ -1710,8 +1765,8 @@ enum : int {
   kIOffBeta = kIOffRk + kC * 4,           // f32 [kC]: β
   kIntraSmemBytes = kIOffBeta + kC * 4,
 };
-static_assert(kIOffM + kStageHistOff + 3 * kChans * 2 <= kIOffRq, "step 1's staged gates and history fit over M and T");
-static_assert(kIOffM + kC * kD * 4 <= kIOffRq, "the chunk op's staged f32 raw gates fit over M and T");
+static_assert(!kTwopass || kIOffM + kStageHistOff + 3 * kChans * 2 <= kIOffRq, "step 1's staged gates and history fit over M and T");
+static_assert(!kTwopass || kIOffM + kC * kD * 4 <= kIOffRq, "the chunk op's staged f32 raw gates fit over M and T");
 #if KDA_TWOPASS
 static_assert(kIntraSmemBytes <= KDA_INTRA_SMEM_BYTES, "the intra-chunk layout must fit its launch's shared memory");
 #endif
@@ -1781,7 +1836,7 @@ enum : int {
   kCmPieces = kC * kD / kCopyFloats,
   kAPieces = (kC / 16) * (kC / 16 + 1),  // pieces with j <= tb / 2: 2 (1 + 2 + 3 + 4)
 };
-static_assert(kC == 64 && kCopyFloats == 128 && kAPieces == 20, "A's lower pieces as counted");
+static_assert(!kTwopass || (kC == 64 && kCopyFloats == 128 && kAPieces == 20), "A's lower pieces as counted");
 static_assert(2 * kCmPieces + kD <= kThreads && kCmPieces + kAPieces + 1 <= kThreads, "one piece of a part per thread");
 __device__ __forceinline__ unsigned unit_copy_bytes(int vlo, int vhi) {
   return (2 * kC * kD + kD * kC + kAPieces * kCopyFloats + kD + (vhi - vlo) * kC) * 4;
@@ -1992,16 +2047,13 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     const auto first_part = [&] {
       if (next != nullptr) load_unit_first(sm, next, vlo, vhi);
     };
-    if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
-    else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
-#if KDA_WGMMA
-    // Step 5 on wgmma (route twopass at P <= 2, rowcta): the warpgroups that
-    // hold rows (at P = 2 one of the two; state_warp is the same for the 4
-    // warps of a warpgroup).
-    else if (state_warp) state_pass_wg(sm, st);
-#else
-    else if (state_warp) state_pass(sm, st);
-#endif
+    if constexpr (kTwopass) {
+      if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
+      else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
+      else if (state_warp) state_pass_own(sm, st);
+    } else if (state_warp) {
+      state_pass_own(sm, st);
+    }
     __syncthreads();
     if constexpr (kTwopass) {
       if (wg > 1) state_reload(sm, st, grp);

@@ -29,7 +29,7 @@ void add_routes_command(CLI::App& app) {
         for (StateDtype st : all_values<StateDtype>()) {
           KernelKey k;
           k.op = op;
-          k.tokens = op == Op::single ? 1 : chunked(op) ? kPrefillChunk : 2;
+          k.tokens = op == Op::single ? 1 : chunked(op) ? route_chunk(r.route) : 2;
           k.state = st;
           k.route = r.route;
           const std::string family = fmt::format("{}.{}", to_string(op), to_string(st));

@@ -233,15 +233,18 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
     // not name the conv layout means that one.
     if (p["op"] == json(to_string(Op::chunk)) && !obj.contains("conv") && p["conv"] != json(to_string(ConvLayout::sd)))
       continue;
-    // A route the pattern did not name is every route that serves the key's op.
+    // A route the pattern did not name is every route that serves the key's op
+    // and that the selector may pick (a forced-only route only when named).
+    const auto route = parse_field<Route>(p["route"].get<std::string>());
     if (!obj.contains("route")) {
       auto op = parse_field<Op>(p["op"].get<std::string>());
-      auto route = parse_field<Route>(p["route"].get<std::string>());
-      if (op && route && !route_spec(*route).serves(*op)) continue;
+      if (op && route && (!route_spec(*route).serves(*op) || forced_only(*route))) continue;
     }
-    // Single keys take t=1 and chunked keys t=64 whatever the pattern says; a
-    // packed key skips the chunk size (named for the chunked keys of the pattern).
-    for (const auto& t : single ? std::vector<json>{json(1)} : prefill ? std::vector<json>{json(kPrefillChunk)} : values["t"]) {
+    // Single keys take t=1 and chunked keys their route's chunk size whatever
+    // the pattern says; a packed key skips the chunk size (named for the
+    // chunked keys of the pattern).
+    const int chunk = route ? route_chunk(*route) : kPrefillChunk;
+    for (const auto& t : single ? std::vector<json>{json(1)} : prefill ? std::vector<json>{json(chunk)} : values["t"]) {
       if (!single && !prefill && t == json(kPrefillChunk) && with_chunked) continue;
       p["t"] = t;
       auto k = key_from_json(p);

@@ -81,9 +81,9 @@ Status validate(const KernelKey& k) {
     return invalid_argument(fmt::format("kernel key field 'heads': expected an integer in 1..{}, got {}", kMaxHeads, k.heads));
   if (k.op == Op::single && k.tokens != 1)
     return invalid_argument(fmt::format("kernel key field 't': expected 1 for op single, got {}", k.tokens));
-  if (chunked(k.op) && k.tokens != kPrefillChunk)
-    return invalid_argument(fmt::format("kernel key field 't': expected {} (the chunk size) for op {}, got {}",
-                                        kPrefillChunk, to_string(k.op), k.tokens));
+  if (chunked(k.op) && in_range(k.route) && k.tokens != route_chunk(k.route))
+    return invalid_argument(fmt::format("kernel key field 't': expected {} (the chunk size) for op {} on route {}, got {}",
+                                        route_chunk(k.route), to_string(k.op), to_string(k.route), k.tokens));
   if (k.op == Op::chunk && k.conv != ConvLayout::sd)
     return invalid_argument(fmt::format("kernel key field 'conv': expected sd for op chunk (it has no conv), got {}",
                                         to_string(k.conv)));

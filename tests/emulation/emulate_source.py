@@ -46,9 +46,10 @@ REWRITES = [
     ("mbarrier.arrive.expect_tx.shared::cta.b64 _,", "::kdajit::emu::mbar_arrive_expect_tx(bar, bytes);"),
     ("mbarrier.try_wait.parity.shared::cta.b64", "::kdajit::emu::mbar_wait(bar, parity);"),
     ("fence.proxy.async.shared::cta", ""),
-    # Step 5 on wgmma (sm_90a: route twopass at P <= 2, rowcta): done at once, a warpgroup's
+    # Step 5 on wgmma (sm_90a: route twopass at P <= 2, rowcta, rowcta16): done at once, a warpgroup's
     # 128 threads meeting at each instruction; the fence, the commit and the
     # wait have nothing left to order.
+    ("wgmma.mma_async.sync.aligned.m64n16k8", "::kdajit::emu::wgmma_tf32(&d[0][0], 16, a0, a1, a2, a3, desc);"),
     ("wgmma.mma_async.sync.aligned.m64n64k8", "::kdajit::emu::wgmma_tf32(&d[0][0], 64, a0, a1, a2, a3, desc);"),
     ("wgmma.mma_async.sync.aligned.m64n128k8", "::kdajit::emu::wgmma_tf32(&d[0][0], 128, a0, a1, a2, a3, desc);"),
     ("wgmma.fence.sync.aligned", ""),

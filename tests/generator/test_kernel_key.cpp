@@ -34,11 +34,18 @@ std::string error_of(const R& r) {
 
 bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
 
+// The routes of an op that the presets list: every route that serves it but
+// the forced-only ones (rowcta16).
+size_t preset_routes(Op op) {
+  size_t n = 0;
+  for (std::string_view name : route_names(op)) n += forced_only(*parse_field<Route>(name)) ? 0 : 1;
+  return n;
+}
 // Families x the routes that serve each op; every preset has one prefill
 // family per single-op family (the same heads, dtypes, layouts and gates).
 size_t preset_size(size_t single_families, size_t packed_families) {
-  return single_families * route_names(Op::single).size() + packed_families * route_names(Op::packed).size() +
-         single_families * route_names(Op::prefill).size();
+  return single_families * preset_routes(Op::single) + packed_families * preset_routes(Op::packed) +
+         single_families * preset_routes(Op::prefill);
 }
 
 TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
@@ -56,7 +63,7 @@ TEST_CASE("kernel key: preset sizes", "[kernel_key]") {
   // sm_120a offers a block 99 KiB of shared memory, the prefill kernel needs 227:
   // its presets have the decode keys only.
   const auto consumer = keys_of("glm-5.3-flash", Arch::sm_120a);
-  CHECK(consumer.size() == keys_of("glm-5.3-flash", Arch::sm_90).size() - 16 * route_names(Op::prefill).size());
+  CHECK(consumer.size() == keys_of("glm-5.3-flash", Arch::sm_90).size() - 16 * preset_routes(Op::prefill));
   for (const KernelKey& k : consumer) CHECK(k.op != Op::prefill);
 }
 
@@ -102,7 +109,7 @@ TEST_CASE("kernel key: every preset key round-trips through its name and JSON", 
       }
     }
   // Every arch but sm_120a, whose blocks lack the prefill kernel's shared memory.
-  const size_t prefill_keys = (2 * 16 + 80) * route_names(Op::prefill).size();
+  const size_t prefill_keys = (2 * 16 + 80) * preset_routes(Op::prefill);
   CHECK(checked == (2 * preset_size(16, 48) + preset_size(80, 640)) * 5 - prefill_keys);
 }
 
@@ -253,7 +260,13 @@ TEST_CASE("kernel key: chunk keys carry conv sd and t 64, and serve the prefill 
   CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_ds.t64.gate_bounded.route_rowcta.sm_90")),
                  "kernel key field 'conv': expected sd for op chunk (it has no conv), got ds"));
   CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t4.gate_bounded.route_rowcta.sm_90")),
-                 "expected 64 (the chunk size) for op chunk, got 4"));
+                 "expected 64 (the chunk size) for op chunk on route rowcta, got 4"));
+  // Route rowcta16's keys carry chunks of 16, and only they do.
+  CHECK(parse_key("kda_chunk.h32.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90").ok());
+  CHECK(contains(error_of(parse_key("kda_prefill.h32.state_f32.conv_sd.t64.gate_bounded.route_rowcta16.sm_90")),
+                 "expected 16 (the chunk size) for op prefill on route rowcta16, got 64"));
+  CHECK(contains(error_of(parse_key("kda_prefill.h32.state_f32.conv_sd.t16.gate_bounded.route_split2.sm_90")),
+                 "expected 64 (the chunk size) for op prefill on route split2, got 16"));
   CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90")),
                  "route stream does not serve op chunk"));
   // The chunk op's shared memory is the prefill's: not on sm_120a.

@@ -25,7 +25,8 @@ CallShape shape(Op op, int heads, int64_t rows, int64_t seqs = 0, IndicesMode mo
 }
 
 // A key's t field for op: 1 (single), `packed` (packed), the chunk size (prefill).
-int tokens_of(Op op, int packed) { return op == Op::single ? 1 : chunked(op) ? kPrefillChunk : packed; }
+// A key's t: 1 (single), `packed` (packed), the route's chunk size (prefill, chunk).
+int tokens_of(Op op, int packed, Route route) { return op == Op::single ? 1 : chunked(op) ? route_chunk(route) : packed; }
 
 // Other translation units read the table while they are initialised (the GPU
 // tests register one test case per preset key from a static initialiser): the
@@ -62,7 +63,7 @@ TEST_CASE("route table: one complete row per route, in enum order", "[routes]") 
     CHECK(r.stages != nullptr);
     for (Op op : all_values<Op>())
       for (StateDtype st : all_values<StateDtype>()) {
-        const KernelKey k{op, 64, st, ConvLayout::sd, tokens_of(op, 1), Gate::bounded, r.route, Arch::sm_90};
+        const KernelKey k{op, 64, st, ConvLayout::sd, tokens_of(op, 1, r.route), Gate::bounded, r.route, Arch::sm_90};
         CHECK((r.ctas_per_sm(k) >= 1 && r.ctas_per_sm(k) <= 4));
       }
     CHECK((r.serves(Op::single) || r.serves(Op::packed) || r.serves(Op::prefill)));
@@ -77,7 +78,7 @@ TEST_CASE("route table: every key of every route generates its own template with
       if (!r.serves(op)) continue;
       for (StateDtype st : all_values<StateDtype>()) {
         // The chunk op has no conv: its keys carry sd.
-        KernelKey k{op, 16, st, op == Op::chunk ? ConvLayout::sd : ConvLayout::ds, tokens_of(op, 3), Gate::bounded,
+        KernelKey k{op, 16, st, op == Op::chunk ? ConvLayout::sd : ConvLayout::ds, tokens_of(op, 3, r.route), Gate::bounded,
                     r.route, Arch::sm_90};
         INFO(key_name(k));
         auto src = generate_source(k);
@@ -120,7 +121,7 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
       for (int tokens : {1, 4, 16}) {
         if (!r.serves(op) || (op != Op::packed && tokens != 1)) continue;
         for (StateDtype st : all_values<StateDtype>()) {
-          const KernelKey k{op, 64, st, ConvLayout::sd, tokens_of(op, tokens), Gate::bounded, r.route, Arch::sm_90};
+          const KernelKey k{op, 64, st, ConvLayout::sd, tokens_of(op, tokens, r.route), Gate::bounded, r.route, Arch::sm_90};
           INFO(key_name(k));
           const uint32_t smem = r.dynamic_smem_bytes(k);
           if (chunked(op)) {
@@ -144,20 +145,20 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
 TEST_CASE("route table: a key whose route does not serve its op is invalid", "[routes]") {
   for (const RouteSpec& r : route_table())
     for (Op op : all_values<Op>()) {
-      KernelKey k{op, 8, StateDtype::f32, ConvLayout::sd, tokens_of(op, 2), Gate::bounded, r.route, Arch::sm_90};
+      KernelKey k{op, 8, StateDtype::f32, ConvLayout::sd, tokens_of(op, 2, r.route), Gate::bounded, r.route, Arch::sm_90};
       INFO(key_name(k));
       CHECK(validate(k).ok() == r.serves(op));
       if (!r.serves(op)) CHECK(validate(k).error().message.find("does not serve op") != std::string::npos);
     }
 }
 
-TEST_CASE("route table: presets hold every route that serves each family", "[routes]") {
+TEST_CASE("route table: presets hold every route that serves each family (but the forced-only ones)", "[routes]") {
   auto keys = preset_keys("glm-5.3-flash", Arch::sm_90);
   REQUIRE(keys.ok());
   std::set<KernelKey> have(keys->begin(), keys->end());
   for (const KernelKey& k : *keys) {
     for (const RouteSpec& r : route_table()) {
-      if (!r.serves(k.op)) continue;
+      if (!r.serves(k.op) || forced_only(r.route)) continue;
       KernelKey other = k;
       other.route = r.route;
       INFO(key_name(other));
@@ -167,7 +168,7 @@ TEST_CASE("route table: presets hold every route that serves each family", "[rou
 }
 
 TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]") {
-  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8", "twopass"};
+  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
   CHECK(route_names(Op::prefill) == want);
   for (const RouteSpec& r : route_table()) {
     INFO(r.name());

@@ -25,11 +25,11 @@ using ref::ChunkSpec;
 
 namespace {
 
-constexpr std::string_view kRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass"};
+constexpr std::string_view kRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
 
 std::string key_for(const ChunkSpec& s, std::string_view route) {
-  return fmt::format("kda_chunk.h{}.state_{}.conv_sd.t64.gate_{}.route_{}.{}", s.heads,
-                     s.state == KDAJIT_DTYPE_F32 ? "f32" : "bf16",
+  return fmt::format("kda_chunk.h{}.state_{}.conv_sd.t{}.gate_{}.route_{}.{}", s.heads,
+                     s.state == KDAJIT_DTYPE_F32 ? "f32" : "bf16", route == "rowcta16" ? 16 : 64,
                      s.gate == KDAJIT_GATE_BOUNDED ? "bounded" : "softplus", route, to_string(device_arch()));
 }
 
@@ -82,7 +82,7 @@ const bool registered = [] {
       s.gate = g;
       s.seed = seed++;
       test::register_test(s.name() + ", every route", "[gpu][chunk]",
-                          [s] { check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]}); });
+                          [s] { check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4], kRoutes[5]}); });
     }
   for (int h : {8, 32, 64, 12, 96}) {
     ChunkSpec s;
@@ -268,12 +268,12 @@ TEST_CASE("chunk: small ragged batches under the sanitizers, every route, both s
   a.lengths = {65, 0, 130, 1};
   a.rows_after = 3;
   a.seed = 9600;
-  check_routes(a, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+  check_routes(a, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[5]});
   ChunkSpec b = a;
   b.state = KDAJIT_DTYPE_BF16;
   b.in_place = true;
   b.state_v_first = true;
   b.g_dtype = b.beta_dtype = KDAJIT_DTYPE_F32;
   b.seed = 9601;
-  check_routes(b, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3]});
+  check_routes(b, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[5]});
 }

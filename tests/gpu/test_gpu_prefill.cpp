@@ -32,9 +32,10 @@ using namespace kdajit::test;
 
 namespace {
 
-constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk
+constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk (route rowcta16: 16)
+int route_chunk(std::string_view route) { return route == "rowcta16" ? 16 : kChunk; }
 // The prefill op's routes, by name (options.route takes the name).
-constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass"};
+constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
 
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
 std::string_view conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
@@ -76,7 +77,7 @@ struct PrefillSpec {
 
   std::string key_name(std::string_view route) const {
     return fmt::format("kda_prefill.h{}.state_{}.conv_{}.t{}.gate_{}.route_{}.{}", heads, dtype_name(state_dtype),
-                       conv_name(conv), kChunk, gate_name(gate), route, to_string(device_arch()));
+                       conv_name(conv), route_chunk(route), gate_name(gate), route, to_string(device_arch()));
   }
 };
 
@@ -409,7 +410,7 @@ const bool registered = [] {
       for (auto g : {KDAJIT_GATE_BOUNDED, KDAJIT_GATE_SOFTPLUS}) {
         const PrefillSpec s = ragged_spec(16, st, cv, g, seed++);
         test::register_test(base_name(s) + ", every route", "[gpu][prefill]", [s] {
-          check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
+          check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
         });
       }
   for (int h : {8, 32, 64, 12, 24, 48, 96}) {
@@ -679,7 +680,7 @@ TEST_CASE("prefill: a strong decay (the per-element path for A and M), every rou
     if (g == KDAJIT_GATE_BOUNDED) s.lower_bound = -20.f;
     else s.a_log_shift = 3.f;
     INFO("gate " << gate_name(g));
-    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
+    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
   }
 }
 
@@ -695,6 +696,6 @@ TEST_CASE("prefill sanitizer cases", "[sanitize]") {
     s.rows_after = 2;
     s.seed = 6800 + st;
     INFO("state " << dtype_name(st));
-    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
+    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
   }
 }

@@ -549,7 +549,7 @@ class CellsEndToEnd(unittest.TestCase):
         self.assertTrue(any(x.startswith("| 2x40 H1 bf16 | 20 | - | 20+ | 20* | 20 | 1.00 | 1.00 | 1.00 |")
                             for x in lines))
         self.assertIn("+ kdajit.chunk_kda with the cell's bf16 states", "\n".join(lines))
-        self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 |", lines)
+        self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 | 10 |", lines)
 
     def test_kdajit_only_times_kdajit_alone(self):
         a = tool.parse_args(["--kdajit-only", "--heads", "1", "--shapes", "1x5,2x40", "--states", "f32"])
@@ -612,9 +612,9 @@ class RouteForcing(unittest.TestCase):
             forcer = tool.RouteForcer(kdajit)
         finally:
             _abi.routes = real
-        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "twopass", "wide", "long"])
-        self.assertEqual(sorted(forcer.unavailable["prefill"]), ["long", "split4", "split8", "twopass"])
-        self.assertEqual(sorted(forcer.unavailable["chunk"]), ["split2", "split4", "split8", "twopass", "wide"])
+        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "twopass", "rowcta16", "wide", "long"])
+        self.assertEqual(sorted(forcer.unavailable["prefill"]), ["long", "rowcta16", "split4", "split8", "twopass"])
+        self.assertEqual(sorted(forcer.unavailable["chunk"]), ["rowcta16", "split2", "split4", "split8", "twopass", "wide"])
         self.assertIn("route split4 does not serve the prefill op", forcer.unavailable["prefill"]["split4"])
         self.assertIn("route split2 does not serve the chunk op (route table: single, prefill)",
                       forcer.unavailable["chunk"]["split2"])
@@ -655,7 +655,7 @@ class RouteForcing(unittest.TestCase):
         self.assertEqual(len(keys), 2 * 2 * 2 * 5)  # ops x H x state dtypes x routes
         self.assertEqual(len(set(keys)), len(keys))
         for op in ("prefill", "chunk"):
-            for route in tool.ROUTES:
+            for route in (r for r in tool.ROUTES if r not in tool.FORCED_ONLY):
                 self.assertTrue(any(k.startswith(f"kda_{op}.h32.state_bf16.conv_sd.t64.gate_bounded.route_{route}.")
                                     for k in keys), (op, route))
 
@@ -749,19 +749,19 @@ class Tables(unittest.TestCase):
                                   kdajit_chunk={"us": 160.0, "route": None}, forced=forced,
                                   chunk_forced=chunk_forced)], routes=True)
         self.assertEqual(lines[:5], ["kdajit.fused_kda_prefill, each route forced (us):", "",
-                                     "| cell | selector | rowcta | split2 | split4 | split8 | twopass |",
-                                     "|---" * 7 + "|",
-                                     "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] | - |"])
+                                     "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 |",
+                                     "|---" * 8 + "|",
+                                     "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] | - | - |"])
         self.assertEqual(lines[6:11], ["kdajit.chunk_kda, each route forced (us):", "",
-                                       "| cell | selector | rowcta | split2 | split4 | split8 | twopass |",
-                                       "|---" * 7 + "|",
-                                       "| 1x16384 H64 f32 | ? | 280 | 190 | 150 | error [2] | - |"])
+                                       "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 |",
+                                       "|---" * 8 + "|",
+                                       "| 1x16384 H64 f32 | ? | 280 | 190 | 150 | error [2] | - | - |"])
         self.assertEqual(lines[-2:], ["[1] NotImplementedError: route split4 cannot serve",
                                       "[2] KdajitError: launch failed"])
 
     def test_forced_routes_of_a_cell_the_second_pass_did_not_reach(self):
         lines = tool.tables([cell("mix64", 64, "bf16", {"us": 200.0}, kdajit_chunk={"us": 150.0})], routes=True)
-        self.assertIn("| mix64 H64 bf16 | ? | - | - | - | - | - |", lines)
+        self.assertIn("| mix64 H64 bf16 | ? | - | - | - | - | - | - |", lines)
 
     def test_tables_of_a_partial_json(self):
         doc = {"gpu": "NVIDIA H200", "versions": {"fla_commit": "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89"},
@@ -783,7 +783,7 @@ class Tables(unittest.TestCase):
                                    "4270 GB/s, dense bf16 790 TFLOP/s (8192^3 matmul); median of 20 calls (10 per "
                                    "forced route), L2 flushed; status running")
         self.assertEqual(lines[1], "# stopped at mix64 H64 bf16: lost")
-        self.assertIn("| 8x2048 H16 f32 | ? | 200 | - | - | - | - |", lines)
+        self.assertIn("| 8x2048 H16 f32 | ? | 200 | - | - | - | - | - |", lines)
         self.assertEqual(lines[-1], "| 8x2048 H16 f32 | 250 | split2 | 200 | 1000 | 1250 | 5.00 | 4.00 | 5.00 | 100 "
                                     "| 2.50 | memory |")
 

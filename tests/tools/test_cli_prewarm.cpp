@@ -367,11 +367,12 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   Run stream = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_stream.sm_90"}, scratch.path(),
                    kSm90);
   CHECK(stream.code == 2);
-  CHECK(stream.err.find("route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8|twopass") !=
+  CHECK(stream.err.find(
+            "route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8|twopass|rowcta16") !=
         std::string::npos);
   Run t8 = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t8.gate_bounded.route_rowcta.sm_90"}, scratch.path(), kSm90);
   CHECK(t8.code == 2);
-  CHECK(t8.err.find("expected 64 (the chunk size) for op prefill, got 8") != std::string::npos);
+  CHECK(t8.err.find("expected 64 (the chunk size) for op prefill on route rowcta, got 8") != std::string::npos);
 
   // sm_120a lacks the prefill kernel's shared memory: a pattern over several
   // arches leaves those keys out, one that names nothing else says why.
@@ -389,7 +390,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
     prefill_sm120 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
     single_sm120 += k.rfind("kda_single.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
   }
-  CHECK(prefill_sm90 == route_names(Op::prefill).size());
+  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 1);  // every route but the forced-only rowcta16
   CHECK(prefill_sm120 == 0);
   CHECK(single_sm120 == route_names(Op::single).size());
   Run only = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--arch", "sm_120a"},

@@ -42,10 +42,18 @@ struct DeviceTraits {
 };
 
 // The key `call` runs with on `arch` with `route`.
+// The chunk size of a chunked op's keys on `route` (their t field).
+constexpr int route_chunk(Route route) { return route == Route::rowcta16 ? 16 : kPrefillChunk; }
+// A route that runs only where a caller forces it (options.route), being
+// measured: the selector never picks it, and no preset or configuration lists
+// its keys (docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)").
+constexpr bool forced_only(Route route) { return route == Route::rowcta16; }
+
 inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
   KernelKey k = call.family;
   k.route = route;
   k.arch = arch;
+  if (chunked(k.op)) k.tokens = route_chunk(route);
   return k;
 }
 
@@ -91,7 +99,7 @@ int twopass_parts(const CallShape& call, const DeviceTraits& device);
 // sm_90a (canonical_options; the cubin runs on compute capability 9.0, which
 // is what the key names). The split routes and every other arch keep mma.sync.
 constexpr bool wgmma_state_pass(const KernelKey& key) {
-  return chunked(key.op) && (key.route == Route::twopass || key.route == Route::rowcta) &&
+  return chunked(key.op) && (key.route == Route::twopass || key.route == Route::rowcta || key.route == Route::rowcta16) &&
          (key.arch == Arch::sm_90 || key.arch == Arch::sm_90a);
 }
 

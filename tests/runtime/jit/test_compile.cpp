@@ -61,14 +61,15 @@ std::vector<KernelKey> covering_set(Arch arch) {
     int j = 0;
     for (int h : {1, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
       ++j;
+      const Route route =
+          *parse_field<Route>(route_names(Op::prefill)[static_cast<size_t>(j) % route_names(Op::prefill).size()]);
       keys.push_back({Op::prefill, h, j % 2 ? StateDtype::bf16 : StateDtype::f32, (j / 2) % 2 ? ConvLayout::ds : ConvLayout::sd,
-                      kPrefillChunk, (j / 4) % 2 ? Gate::softplus : Gate::bounded,
-                      *parse_field<Route>(route_names(Op::prefill)[static_cast<size_t>(j) % route_names(Op::prefill).size()]),
-                      arch});
+                      route_chunk(route), (j / 4) % 2 ? Gate::softplus : Gate::bounded, route, arch});
     }
     for (const RouteSpec& r : route_table())
       for (StateDtype st : all_values<StateDtype>())
-        if (r.serves(Op::prefill)) keys.push_back({Op::prefill, 64, st, ConvLayout::sd, kPrefillChunk, Gate::bounded, r.route, arch});
+        if (r.serves(Op::prefill))
+          keys.push_back({Op::prefill, 64, st, ConvLayout::sd, route_chunk(r.route), Gate::bounded, r.route, arch});
     // The chunk op (the same template with KDA_CHUNK): both dtypes and gates, a split and rowcta.
     keys.push_back({Op::chunk, 16, StateDtype::f32, ConvLayout::sd, kPrefillChunk, Gate::bounded, Route::rowcta, arch});
     keys.push_back({Op::chunk, 32, StateDtype::bf16, ConvLayout::sd, kPrefillChunk, Gate::softplus, Route::split4, arch});

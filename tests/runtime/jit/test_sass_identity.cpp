@@ -65,7 +65,7 @@ TEST_CASE("the front-end-only options leave every route's SASS identical", "[com
       if (!r.serves(op) || template_text(r.template_file(op)).empty()) continue;
       // The chunk op is the prefill template with KDA_CHUNK: one route of it.
       if (op == Op::chunk && r.route != Route::rowcta) continue;
-      const int t = op == Op::single ? 1 : chunked(op) ? kPrefillChunk : 3;
+      const int t = op == Op::single ? 1 : chunked(op) ? route_chunk(r.route) : 3;
       keys.push_back({op, op == Op::single ? 64 : 8, op == Op::single ? StateDtype::f32 : StateDtype::bf16,
                       op == Op::single || op == Op::chunk ? ConvLayout::sd : ConvLayout::ds, t, Gate::bounded, r.route,
                       Arch::sm_90});
