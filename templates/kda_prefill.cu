@@ -959,25 +959,30 @@ __device__ __forceinline__ void block_put(const S& sm, const float (&acc)[kRows]
 #pragma unroll
   for (int e = 0; e < kRows; ++e) sm.T()[sm.t_at(kSub * i + r0 + e, kSub * j + c)] = sign * acc[e];
 }
+// Column c of the inverse of the diagonal block at rows and columns base ..
+// base + kSub - 1 of I + M, by forward substitution, into T (zeros above the
+// diagonal).
+template <class S>
+__device__ __forceinline__ void invert_diagonal_column(const S& sm, int base, int c) {
+  const float* M = sm.M();
+  float x[kSub];
+#pragma unroll
+  for (int t = 0; t < kSub; ++t) {
+    float acc = t == c ? 1.f : 0.f;
+#pragma unroll
+    for (int s = 0; s < t; ++s) acc = fmaf(-M[(base + t) * kC + base + s], x[s], acc);
+    x[t] = acc;
+  }
+#pragma unroll
+  for (int t = 0; t < kSub; ++t) sm.T()[sm.t_at(base + t, base + c)] = x[t];
+}
 template <class S>
 __device__ __forceinline__ void invert_blocks(const S& sm) {
   static_assert(kSubs == 1 || (kSubs == 4 && kWarps == 8), "the block formula below is written for 4 x 4 blocks on 8 warps");
-  float* T = sm.T();
-  const float* M = sm.M();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp < 2) {
     // Diagonal blocks 2w and 2w + 1 (lanes 0-15 and 16-31, a column each) ...
-    const int base = threadIdx.x / kSub * kSub, c = threadIdx.x % kSub;
-    float x[kSub];
-#pragma unroll
-    for (int t = 0; t < kSub; ++t) {
-      float acc = t == c ? 1.f : 0.f;
-#pragma unroll
-      for (int s = 0; s < t; ++s) acc = fmaf(-M[(base + t) * kC + base + s], x[s], acc);
-      x[t] = acc;
-    }
-#pragma unroll
-    for (int t = 0; t < kSub; ++t) T[sm.t_at(base + t, base + c)] = x[t];
+    invert_diagonal_column(sm, threadIdx.x / kSub * kSub, threadIdx.x % kSub);
     __syncwarp();
     // ... then T_ij = -T_ii M_ij T_jj for (i, j) = (2w + 1, 2w), M_ij T_jj in block (j, i).
     const int i = 2 * warp + 1, j = 2 * warp, r0 = (lane >> 4) * 8;
@@ -1003,30 +1008,16 @@ __device__ __forceinline__ void invert_blocks(const S& sm) {
   block_put(sm, q, r0, r, b, -1.f);
   __syncthreads();
 }
-// Chunks of 16: T is the one diagonal block, by forward substitution (a
-// column per thread of the first 16; zeros above the diagonal).
-template <class S>
-__device__ __forceinline__ void invert_block(const S& sm) {
-  if (threadIdx.x < kSub) {
-    const int c = threadIdx.x;
-    const float* M = sm.M();
-    float x[kSub];
-#pragma unroll
-    for (int t = 0; t < kSub; ++t) {
-      float acc = t == c ? 1.f : 0.f;
-#pragma unroll
-      for (int s = 0; s < t; ++s) acc = fmaf(-M[t * kC + s], x[s], acc);
-      x[t] = acc;
-    }
-#pragma unroll
-    for (int t = 0; t < kSub; ++t) sm.T()[sm.t_at(t, c)] = x[t];
-  }
-  __syncthreads();
-}
+// T = (I + M)^-1: by the block formula, or for chunks of 16 (one sub-chunk)
+// the one diagonal block, a column per thread of the first 16.
 template <class S>
 __device__ __forceinline__ void invert(const S& sm) {
-  if constexpr (kSubs == 1) invert_block(sm);
-  else invert_blocks(sm);
+  if constexpr (kSubs == 1) {
+    if (threadIdx.x < kSub) invert_diagonal_column(sm, 0, threadIdx.x);
+    __syncthreads();
+  } else {
+    invert_blocks(sm);
+  }
 }
 
 // Step 4b: [W | U] = T [diag(β) (K̂ ∘ Γ) | diag(β) V] on the tensor cores.

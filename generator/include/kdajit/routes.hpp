@@ -41,7 +41,6 @@ struct DeviceTraits {
   int sm_count = 0;
 };
 
-// The key `call` runs with on `arch` with `route`.
 // The chunk size of a chunked op's keys on `route` (their t field).
 constexpr int route_chunk(Route route) { return route == Route::rowcta16 ? 16 : kPrefillChunk; }
 // A route that runs only where a caller forces it (options.route), being
@@ -49,6 +48,7 @@ constexpr int route_chunk(Route route) { return route == Route::rowcta16 ? 16 : 
 // its keys (docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)").
 constexpr bool forced_only(Route route) { return route == Route::rowcta16; }
 
+// The key `call` runs with on `arch` with `route`.
 inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
   KernelKey k = call.family;
   k.route = route;
