@@ -49,6 +49,9 @@
 #ifndef KDA_TWOPASS
 #define KDA_TWOPASS 0  // route twopass (kda_prefill_twopass.cu): the intra-chunk kernel and a workspace
 #endif
+#ifndef KDA_PIPE
+#define KDA_PIPE 0  // route pipe16 (kda_prefill_pipe.cu): its own entry, producer and consumer warps
+#endif
 #ifndef KDA_WGMMA
 #define KDA_WGMMA 0  // hole: 1 where step 5 runs on wgmma (sm_90a): route twopass at P <= 2, rowcta
 #endif
@@ -128,6 +131,29 @@ static_assert(kOffOb % 16 == 0 && kOffRq % 16 == 0 && kLdOb % 8 == 0, "16-byte a
 // accumulator tile's pair of columns 2q, 2q + 1 is an A fragment's q, q + 4,
 // so the B fragment of lane (g, q) is slot q and slot q + 4 of row g: one
 // 4-byte load from each of two core matrices, 32 lanes on 32 banks.
+// The barrier of the threads that run steps 1-4 and of those that run steps 5
+// and 6: every thread of the CTA (bar.sync 0) in the kernels where each
+// thread does both, and named barriers of 256 threads on route pipe16, whose
+// warps 0-7 run steps 1-4 and warps 8-15 steps 5-6 (ProducerSync and
+// ConsumerSync, kda_prefill_pipe.cu).
+struct CtaSync {
+  __device__ static void sync() { __syncthreads(); }
+  __device__ static bool sync_and(bool p) { return __syncthreads_and(p) != 0; }
+};
+template <int kId>
+struct NamedSync {
+  __device__ static void sync() { asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(static_cast<int>(kThreads)) : "memory"); }
+  __device__ static bool sync_and(bool p) {
+    int r;
+    asm volatile(
+        "{\n.reg .pred a, b;\nsetp.ne.b32 a, %1, 0;\nbar.red.and.pred b, %2, %3, a;\nselp.b32 %0, 1, 0, b;\n}\n"
+        : "=r"(r)
+        : "r"(static_cast<int>(p)), "n"(kId), "n"(static_cast<int>(kThreads))
+        : "memory");
+    return r != 0;
+  }
+};
+
 template <int kCols>
 __device__ __forceinline__ int cm_at(int r, int c) {
   const int slot = (c & ~7) | ((c & 1) << 2) | ((c & 7) >> 1);
@@ -154,12 +180,14 @@ struct Smem {
   __device__ float* normw() const { return reinterpret_cast<float*>(base + kOffNormW); }
   __device__ float* warp_sum() const { return reinterpret_cast<float*>(base + kOffWarpSum); }
   __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kOffClusterSum); }
+  using Sync = CtaSync;
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
   static constexpr bool kLateOperands = false;  // step 2 by every thread before step 3
   static constexpr bool kGateFtz = false;  // the bounded gate's sigmoid as sigmoid(): sigmoid_ftz spilled (chunk rowcta 44 bytes)
+  static constexpr bool kGateRows = false;  // step 6 reads the output gate from global memory
   __device__ void put_qg(int t, int k, float x) const { Qg()[cm_at<kD>(t, k)] = x; }
   __device__ void put_kdt4(int k, int t0, float4 x) const {
     float* d = KdT();
@@ -173,6 +201,7 @@ struct Smem {
   __device__ void put_w(int t, int c, float x) const { W()[cm_at<kD>(t, c)] = x; }
   __device__ void put_ut(int v, int t, float x) const { UT()[v * kLdT + t] = x; }
   __device__ int t_at(int r, int c) const { return r * kLdT + c; }  // (I + M)^-1 element (r, c)
+  static constexpr int kLdUT = kLdT;  // U^T's row stride (floats)
   __device__ unsigned long long* unit_bar() const { return reinterpret_cast<unsigned long long*>(base + kOffUnitBar); }
 };
 
@@ -536,7 +565,7 @@ __device__ __forceinline__ void gates_chunk(const KdaParams& p, const S& sm, int
     }
     sm.beta()[t] = b;
   }
-  __syncthreads();
+  S::Sync::sync();
   if (half == 1) {
     const float base = G[g_at(kC / 2 - 1, k)];
     for (int i = 0; i < kC / 2; ++i) G[g_at(kC / 2 + i, k)] += base;
@@ -620,7 +649,7 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
     if (u < L) beta = load_bf16_or_f32(p.raw_beta, (row0 + u) * p.beta_row_stride + h, false);
   }
   cp_async_wait_all();
-  __syncthreads();
+  S::Sync::sync();
   if (threadIdx.x < kConvThreads) {
     // Channels 2c, 2c + 1 over the whole chunk in place, each row read before
     // it is overwritten (no other thread touches the pair).
@@ -717,7 +746,7 @@ __device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& s
     raw_b = load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h,
                              p.chunk_flags & KDA_CHUNK_BETA_F32);
   cp_async_wait_all();
-  __syncthreads();
+  S::Sync::sync();
   gates_chunk<true>(p, sm, h, row0, L, gate, raw_b);
 }
 
@@ -995,7 +1024,7 @@ __device__ __forceinline__ void invert_blocks(const S& sm) {
   } else if constexpr (S::kLateOperands) {
     if (warp >= 4) scaled_operands<4 * 32>(sm);  // step 2 (it goes to the unit only) beside warps 0-1
   }
-  __syncthreads();
+  S::Sync::sync();
   // The lower-left quarter, block (r, b) for r = 2, 3 and b = 0, 1 on warps
   // 2 (r - 2) + b and + 4 (rows 0-7 and 8-15 of the block): first
   // X_rb = Σ_{m=b}^{1} M_rm T_mb into block (b, r), then T_rb = -Σ_{m=2}^{r} T_rm X_mb.
@@ -1003,10 +1032,10 @@ __device__ __forceinline__ void invert_blocks(const S& sm) {
   float p[4] = {}, q[4] = {};
   for (int m = b; m < 2; ++m) block_product<false>(sm, p, r0, r, m, m, b);
   block_put(sm, p, r0, b, r, 1.f);
-  __syncthreads();
+  S::Sync::sync();
   for (int m = 2; m <= r; ++m) block_product<true>(sm, q, r0, r, m, b, m);
   block_put(sm, q, r0, r, b, -1.f);
-  __syncthreads();
+  S::Sync::sync();
 }
 // T = (I + M)^-1: by the block formula, or for chunks of 16 (one sub-chunk)
 // the one diagonal block, a column per thread of the first 16.
@@ -1014,7 +1043,7 @@ template <class S>
 __device__ __forceinline__ void invert(const S& sm) {
   if constexpr (kSubs == 1) {
     if (threadIdx.x < kSub) invert_diagonal_column(sm, 0, threadIdx.x);
-    __syncthreads();
+    S::Sync::sync();
   } else {
     invert_blocks(sm);
   }
@@ -1073,7 +1102,7 @@ __device__ __forceinline__ void apply_inverse(const S& sm) {
       }
     }
     // Every read of mq, mk, mv and G is done: W and U^T overwrite them.
-    if constexpr (S::kSolvedInRegion1) __syncthreads();
+    if constexpr (S::kSolvedInRegion1) S::Sync::sync();
     // Into shared memory (region 1), an element a store. Into the unit (the
     // intra-chunk kernel), eight bytes a store: a tile of W as its pairs (t,
     // c0 .. c0 + 1); a tile of U^T with the lanes of rows g and g ^ 1 trading
@@ -1219,10 +1248,11 @@ __device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long 
 // Step 5 on one output tile nt (8 tokens) of the warp's value rows vl ..
 // vl + 15: d = -U^T and o = 0, then per 8 columns kk of S (its A fragment
 // a) d += S W^T and o += S Qg^T.
-__device__ __forceinline__ void init_delta_out(const Smem& sm, float (&d)[4], float (&o)[4], int vl, int nt) {
+template <class S>
+__device__ __forceinline__ void init_delta_out(const S& sm, float (&d)[4], float (&o)[4], int vl, int nt) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * kLdT + 8 * nt + 2 * q);
-  const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * kLdT + 8 * nt + 2 * q);
+  const float2 u0 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g) * S::kLdUT + 8 * nt + 2 * q);
+  const float2 u1 = *reinterpret_cast<const float2*>(sm.UT() + (vl + g + 8) * S::kLdUT + 8 * nt + 2 * q);
   d[0] = -u0.x;
   d[1] = -u0.y;
   d[2] = -u1.x;
@@ -1241,11 +1271,13 @@ __device__ __forceinline__ void delta_fragments(const float (&d)[kC / 8][4], uns
   }
 }
 // init_delta_out for every output tile of the warp's rows vl ..
-__device__ __forceinline__ void init_delta_out_all(const Smem& sm, float (&d)[kC / 8][4], float (&o)[kC / 8][4], int vl) {
+template <class S>
+__device__ __forceinline__ void init_delta_out_all(const S& sm, float (&d)[kC / 8][4], float (&o)[kC / 8][4], int vl) {
 #pragma unroll
   for (int nt = 0; nt < kC / 8; ++nt) init_delta_out(sm, d[nt], o[nt], vl, nt);
 }
-__device__ __forceinline__ void add_state_products(const Smem& sm, float (&d)[4], float (&o)[4], const unsigned (&a)[4],
+template <class S>
+__device__ __forceinline__ void add_state_products(const S& sm, float (&d)[4], float (&o)[4], const unsigned (&a)[4],
                                                    int nt, int kk) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   unsigned b0, b1;
@@ -1257,7 +1289,8 @@ __device__ __forceinline__ void add_state_products(const Smem& sm, float (&d)[4]
 // Step 5's products on one tile of the warp, with Δ^T's A fragments da over
 // the chunk's s: o += Δ^T A^T for output tile nt (A is lower triangular:
 // tiles ks <= nt), and c += Δ^T Kd for state column tile nt.
-__device__ __forceinline__ void add_delta_a(const Smem& sm, float (&o)[4], const unsigned (&da)[kC / 8][4], int nt) {
+template <class S>
+__device__ __forceinline__ void add_delta_a(const S& sm, float (&o)[4], const unsigned (&da)[kC / 8][4], int nt) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks) {
@@ -1267,7 +1300,8 @@ __device__ __forceinline__ void add_delta_a(const Smem& sm, float (&o)[4], const
     mma_tf32(o, da[ks][0], da[ks][1], da[ks][2], da[ks][3], b0, b1);
   }
 }
-__device__ __forceinline__ void add_delta_kd(const Smem& sm, float (&c)[4], const unsigned (&da)[kC / 8][4], int nt) {
+template <class S>
+__device__ __forceinline__ void add_delta_kd(const S& sm, float (&c)[4], const unsigned (&da)[kC / 8][4], int nt) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < kC / 8; ++ks) {
@@ -1277,7 +1311,8 @@ __device__ __forceinline__ void add_delta_kd(const Smem& sm, float (&c)[4], cons
   }
 }
 // The state tile's column tile nt times Γ_C.
-__device__ __forceinline__ void scale_by_gamma(const Smem& sm, float (&c)[4], int nt) {
+template <class S>
+__device__ __forceinline__ void scale_by_gamma(const S& sm, float (&c)[4], int nt) {
   const int q = threadIdx.x & 3;
   const float2 gc = *reinterpret_cast<const float2*>(sm.gammaC() + 8 * nt + 2 * q);
   c[0] *= gc.x;
@@ -1290,8 +1325,9 @@ __device__ __forceinline__ void scale_by_gamma(const Smem& sm, float (&c)[4], in
 // g and g + 8, tokens 8 nt + 2q and + 1): round_bf16(o) (rounding point 3)
 // to OB, and, for the fused prefill routes, Σ ob² over the 16 rows per token
 // (the chunk op has no norm; route twopass's norm kernel sums the rows).
-__device__ __forceinline__ void store_output(const Smem& sm, const float (&o)[kC / 8][4], int vl) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+template <class S>
+__device__ __forceinline__ void store_output(const S& sm, const float (&o)[kC / 8][4], int vl) {
+  const int lane = threadIdx.x & 31, warp = vl >> 4, g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < kC / 8; ++nt) {
     float part[2];
@@ -1317,11 +1353,11 @@ __device__ __forceinline__ void store_output(const Smem& sm, const float (&o)[kC
   }
 }
 
-// Step 5 for warp w < kSWarps (local value rows 16 w ..): updates the state
-// tile, writes round_bf16(o) of its rows to OB and its Σ ob² per token.
-__device__ __forceinline__ void state_pass(const Smem& sm, StateTile& st) {
-  const int warp = threadIdx.x >> 5;
-  const int vl = 16 * warp;  // first local value row of this warp
+// Step 5 for the warp of local value rows vl .. vl + 15 (vl = 16 w for warp w
+// < kSWarps; route pipe16: its consumer warp's): updates the state tile,
+// writes round_bf16(o) of its rows to OB and its Σ ob² per token.
+template <class S>
+__device__ __forceinline__ void state_pass(const S& sm, StateTile& st, int vl) {
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k.
   float d[kC / 8][4], o[kC / 8][4];
   init_delta_out_all(sm, d, o, vl);
@@ -1412,14 +1448,13 @@ __device__ __forceinline__ void wgmma_tokens(float (&d)[kN][4], unsigned a0, uns
   else wgmma_n16(d, a0, a1, a2, a3, desc);
 }
 
-// Step 5 for the warpgroup of warp w < kSWarps (its 4 warps: local value rows
-// 64 (w / 4) ..), the products of state_pass on wgmma: B read once per
+// Step 5 for the warpgroup of the warp of local value rows vl .. (its 4
+// warps: 64 rows), the products of state_pass on wgmma: B read once per
 // warpgroup from W, Q̂ ∘ Γ, A and KdT (cm_at), A operands from registers
-// (the state tile, then Δ^T), d and o as m64n64 accumulators. Writes
+// (the state tile, then Δ^T), d and o as m64n64 (m64n16) accumulators. Writes
 // round_bf16(o) of the warp's rows to OB (route twopass: no Σ ob²).
-__device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
-  const int warp = threadIdx.x >> 5;
-  const int vl = 16 * warp;  // first local value row of this warp
+template <class S>
+__device__ __forceinline__ void state_pass_wg(const S& sm, StateTile& st, int vl) {
   float d[kC / 8][4], o[kC / 8][4];
   init_delta_out_all(sm, d, o, vl);
   // d = S W^T - U^T = -Δ^T and o = S Qg^T, over k: a group per 8 columns
@@ -1462,11 +1497,12 @@ __device__ __forceinline__ void state_pass_wg(const Smem& sm, StateTile& st) {
 // program has it (route twopass at P <= 2, rowcta; at P = 2 one of the two
 // warpgroups holds rows, and state_warp is the same for the 4 warps of a
 // warpgroup), else on mma.sync.
-__device__ __forceinline__ void state_pass_own(const Smem& sm, StateTile& st) {
+template <class S>
+__device__ __forceinline__ void state_pass_own(const S& sm, StateTile& st, int vl) {
 #if KDA_WGMMA
-  state_pass_wg(sm, st);
+  state_pass_wg(sm, st, vl);
 #else
-  state_pass(sm, st);
+  state_pass(sm, st, vl);
 #endif
 }
 
@@ -1579,11 +1615,14 @@ __device__ __forceinline__ void state_reload(const Smem& sm, StateTile& st, int 
 // Step 6: the Σ ob² of each token over the 128 values (this CTA's warps, then
 // the cluster's ranks), then y = ob / sqrt(mean + eps) * w * σ(gate) to the
 // output rows of the chunk. `parity` alternates per chunk (the cluster buffer).
-__device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, int h, int v0, int rank,
-                                            long long row0, int L, int parity) {
+// `tid` is the thread's index among the kThreads that run it (threadIdx.x;
+// route pipe16: its consumer's), Sync their barrier.
+template <class Sync, class S>
+__device__ __forceinline__ void norm_output(const KdaParams& p, const S& sm, int h, int v0, int rank,
+                                            long long row0, int L, int parity, unsigned tid) {
   float* csum = sm.cluster_sum() + parity * kSplit * kC;
-  if (threadIdx.x < kC) {
-    const int t = threadIdx.x;
+  if (tid < kC) {
+    const int t = tid;
     float s = 0.f;
 #pragma unroll
     for (int w = 0; w < kSWarps; ++w) s += sm.warp_sum()[w * kC + t];
@@ -1598,7 +1637,7 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
     cluster_arrive();
     cluster_wait();
   } else {
-    __syncthreads();
+    Sync::sync();
   }
   // The output-gate loads in batches of up to 16, each issued before its first use.
   constexpr int kPer = kC * kVRows / kThreads, kBatch = kPer < 16 ? kPer : 16;
@@ -1606,12 +1645,13 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
     unsigned short ogb[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
-      ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
+      const int i = tid + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
+      if constexpr (S::kGateRows) ogb[j] = sm.gate_rows()[t * kD + v0 + vv];  // route pipe16: copied by the producers
+      else ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int i = threadIdx.x + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
+      const int i = tid + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
       if (t >= L) continue;
       float tot = 0.f;
 #pragma unroll
@@ -1628,19 +1668,21 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const Smem& sm, 
 // prefill op's input to its norm kernel, norm_rows). With 16-byte output
 // rows (the pointer and the row stride; c0, c1 and v0 are multiples of 8,
 // and c1 - c0 a power of two up to kVRows) a thread moves 8 values a store,
-// groups = (c1 - c0) / 8 threads a row; else one value a store.
-__device__ __forceinline__ void plain_output(const KdaParams& p, const Smem& sm, int h, int v0, int c0, int c1,
-                                             long long row0, int L) {
+// groups = (c1 - c0) / 8 threads a row; else one value a store. `tid` as
+// norm_output's.
+template <class S>
+__device__ __forceinline__ void plain_output(const KdaParams& p, const S& sm, int h, int v0, int c0, int c1,
+                                             long long row0, int L, unsigned tid) {
   const int cols = c1 - c0;
   if (((reinterpret_cast<unsigned long long>(p.output) & 15) | (p.out_row_stride & 7)) == 0) {
-    const int groups = cols / 8, g = threadIdx.x & (groups - 1);
+    const int groups = cols / 8, g = tid & (groups - 1);
     kda_bf16_bits* out = p.output + h * kD + v0 + c0 + 8 * g;
     const unsigned short* ob = sm.ob() + c0 + 8 * g;
-    for (int t = threadIdx.x / groups; t < L; t += kThreads / groups)
+    for (int t = tid / groups; t < L; t += kThreads / groups)
       *reinterpret_cast<U4*>(out + (row0 + t) * p.out_row_stride) = *reinterpret_cast<const U4*>(ob + t * kLdOb);
     return;
   }
-  for (int i = threadIdx.x; i < L * cols; i += kThreads) {
+  for (int i = tid; i < L * cols; i += kThreads) {
     const int t = i / cols, vv = c0 + i % cols;
     p.output[(row0 + t) * p.out_row_stride + h * kD + v0 + vv] = sm.ob()[t * kLdOb + vv];
   }
@@ -1675,10 +1717,10 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
     else conv_chunk(p, sm, h, v0, q0, c0, L, initial, cbase);
     gates_chunk(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
   }
-  __syncthreads();
+  S::Sync::sync();
   const bool safe = factored_blocks_safe(sm);
   norm_scales(p, sm);
-  const bool factored = __syncthreads_and(safe);
+  const bool factored = S::Sync::sync_and(safe);
   if constexpr (!S::kLateOperands) scaled_operands<0>(sm);  // else in invert()
   if (factored) {
     factored_blocks(sm, false);
@@ -1686,10 +1728,10 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
     diagonal_blocks(sm);
     factored_blocks(sm, true);
   }
-  __syncthreads();
+  S::Sync::sync();
   invert(sm);
   apply_inverse(sm);
-  __syncthreads();
+  S::Sync::sync();
 }
 
 // ---- Route twopass (docs/DESIGN.md, "Route twopass") ----
@@ -1777,6 +1819,7 @@ struct IntraSmem {
   // Step 1 copies the chunk's raw gates and the three x rows before it here,
   // over M and T (conv_gates_staged).
   static constexpr bool kStagedInputs = true;
+  using Sync = CtaSync;
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;
   static constexpr bool kRowTasks = true;  // step 3 in tasks of a row's blocks (factored_blocks)
@@ -2041,9 +2084,9 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
     if constexpr (kTwopass) {
       if (wg == 8) state_pass_shared<8>(sm, st, vrow, grp, sub, first_part);
       else if (wg == 4) state_pass_shared<4>(sm, st, vrow, grp, sub, first_part);
-      else if (state_warp) state_pass_own(sm, st);
+      else if (state_warp) state_pass_own(sm, st, 16 * warp);
     } else if (state_warp) {
-      state_pass_own(sm, st);
+      state_pass_own(sm, st, 16 * warp);
     }
     __syncthreads();
     if constexpr (kTwopass) {
@@ -2052,11 +2095,11 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
       loaded = next != nullptr;
       if (loaded && wg > 1) load_unit_rest(sm, next);
       else if (loaded) load_unit_async(sm, next, vlo, vhi);
-      plain_output(p, sm, h, 0, vlo, vhi, row0, L);
+      plain_output(p, sm, h, 0, vlo, vhi, row0, L, threadIdx.x);
     } else if constexpr (kChunk) {
-      plain_output(p, sm, h, v0, 0, kVRows, row0, L);
+      plain_output(p, sm, h, v0, 0, kVRows, row0, L, threadIdx.x);
     } else {
-      norm_output(p, sm, h, v0, rank, row0, L, parity);
+      norm_output<CtaSync>(p, sm, h, v0, rank, row0, L, parity, threadIdx.x);
     }
     __syncthreads();  // OB, the sums and region 1 are reused by the next chunk
     parity ^= 1;
@@ -2190,6 +2233,7 @@ __device__ __forceinline__ void norm_rows(const KdaParams& p, int h) {
 #else
 #define KDA_PREFILL_ENTRY kda_prefill
 #endif
+#if !KDA_PIPE
 extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_PREFILL_ENTRY(const __grid_constant__ KdaParams p) {
   extern __shared__ __align__(16) unsigned char kda_smem[];
   const kda::prefill::Smem sm{kda_smem};
@@ -2207,6 +2251,7 @@ extern "C" __global__ void __launch_bounds__(KDA_THREADS, 1) KDA_PREFILL_ENTRY(c
     __syncthreads();
   }
 }
+#endif
 
 #if KDA_TWOPASS
 #if KDA_CHUNK

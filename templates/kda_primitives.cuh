@@ -366,6 +366,12 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, un
       : "memory");
 }
 
+// Arrive on a CTA-local mbarrier: one of its phase's expected arrivals
+// (release: this thread's shared-memory writes before it are seen by a thread
+// that waits for the phase).
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 // Arrive on a CTA-local mbarrier (one of its expected arrivals) and return
 // the phase's state token for mbar_wait_token(); with expect_tx the phase also
 // waits for `bytes` more of complete_tx.

@@ -83,9 +83,12 @@ constexpr std::string_view kNotRepeatedUpTo8Tokens =
 // The prefill op's launch shape is the op's, not the row's (kPrefillThreads,
 // kPrefillCtasPerSm, no stages, a cluster-of-P grid over the sequences): these
 // wrap a row's decode functions with it.
+// Route pipe16: its producers and its consumer, 8 warps each.
+int pipe_threads(const KernelKey&) { return 2 * kPrefillThreads; }
 template <int (*F)(const KernelKey&)>
 int op_threads(const KernelKey& k) {
-  return chunked(k.op) ? kPrefillThreads : F(k);
+  if constexpr (F == pipe_threads) return F(k);
+  else return chunked(k.op) ? kPrefillThreads : F(k);
 }
 template <int (*F)(const KernelKey&)>
 int op_ctas_per_sm(const KernelKey& k) {
@@ -138,7 +141,7 @@ constexpr LaunchGrid (*no_post)(const CallShape&, const DeviceTraits&) = nullptr
 // cases from one).
 constexpr RouteSpec kRoutes[] = {
 #define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
-              eligible, eligibility, grid, stages, pre_grid, post_grid)                                                \
+              eligible, eligibility, grid, stages, pre_grid, post_grid, chunk, forced)                                 \
   {Route::name,                                                                                                        \
    technique,                                                                                                          \
    {single_template, packed_template, prefill_template},                                                               \

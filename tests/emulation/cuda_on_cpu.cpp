@@ -130,6 +130,24 @@ int barrier_and(int pred) {
   return c.bar_result;
 }
 
+int named_barrier(int id, int count, int pred) {
+  Cta& c = *current()->cta;
+  if (id < 0 || id >= 16 || count <= 0 || count % 32 != 0) fatal("a named barrier with a bad id or thread count");
+  NamedBarrier& b = c.named[id];
+  ++g_run->events;
+  const long long gen = b.gen;
+  b.acc &= pred ? 1 : 0;
+  if (++b.count == count) {
+    b.result = b.acc;
+    b.acc = 1;
+    b.count = 0;
+    ++b.gen;
+  } else {
+    while (b.gen == gen) yield();
+  }
+  return b.result;
+}
+
 float shfl_xor(float v, int off) {
   Warp& w = my_warp();
   const int lane = static_cast<int>(current()->tid.x & 31), b = static_cast<int>(w.gen & 1);

@@ -63,12 +63,19 @@ struct WarpGroup {
   unsigned a[2][128][4]{};
 };
 
+// A named barrier (bar.sync id, n; bar.red.and): n arrivals a generation.
+struct NamedBarrier {
+  long long gen = 0;
+  int count = 0, acc = 1, result = 1;
+};
+
 struct Cta {
   Dim3 block;
   int rank = 0;
   std::vector<unsigned char> smem;
   long long bar_gen = 0;
   int bar_count = 0, bar_and = 1, bar_result = 1;
+  NamedBarrier named[16];
   Warp warps[16];
   WarpGroup groups[4];
 };
@@ -89,6 +96,9 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
 
 // ---- what the rewritten source calls ----
 int barrier_and(int pred);
+// bar.sync / bar.red.and.pred `id`, `count` threads (a multiple of 32): the
+// AND of their predicates once the count has arrived.
+int named_barrier(int id, int count, int pred);
 float shfl_xor(float v, int off);
 void warp_sync();  // __syncwarp(): the 32 lanes of the caller's warp meet
 void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);

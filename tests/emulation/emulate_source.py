@@ -46,6 +46,10 @@ REWRITES = [
     ("mbarrier.arrive.expect_tx.shared::cta.b64 _,", "::kdajit::emu::mbar_arrive_expect_tx(bar, bytes);"),
     ("mbarrier.try_wait.parity.shared::cta.b64", "::kdajit::emu::mbar_wait(bar, parity);"),
     ("fence.proxy.async.shared::cta", ""),
+    # Route pipe16: its roles' named barriers and their mbarrier arrivals.
+    ("bar.red.and.pred", "r = ::kdajit::emu::named_barrier(kId, static_cast<int>(kThreads), p ? 1 : 0);"),
+    ("bar.sync", "::kdajit::emu::named_barrier(kId, static_cast<int>(kThreads), 1);"),
+    ("mbarrier.arrive.shared::cta.b64 _,", "::kdajit::emu::mbar_arrive_expect_tx(bar, 0);"),
     # Step 5 on wgmma (sm_90a: route twopass at P <= 2, rowcta, rowcta16): done at once, a warpgroup's
     # 128 threads meeting at each instruction; the fence, the commit and the
     # wait have nothing left to order.

@@ -62,23 +62,29 @@ TEST_CASE("emulated chunk kernel: ragged batch, every route, f32 state, bounded 
   }
 }
 
-TEST_CASE("emulated chunk kernel: chunks of 16 (route rowcta16), rows copied and element-wise, a strong decay",
+TEST_CASE("emulated chunk kernel: chunks of 16 (routes rowcta16 and pipe16), rows copied and element-wise, a strong decay",
           "[emulation][chunk]") {
   // Lengths around the chunk edges of 16, step 1 by 16-byte copies, then with
-  // rows that are not 16-byte aligned (element by element) and f32 g and beta,
-  // then the per-element path for the chunk's one block of A and M.
-  const char* key = "kda_chunk.h2.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90";
-  ChunkSpec s = ragged(9730);
-  s.lengths = {17, 0, 1, 40, 16, 15};
-  check_key(key, s);
-  s.seed = 9731;
-  s.row_pad = 3;
-  s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_F32;
-  check_key(key, s, 1);
-  s = ragged(9732);
-  s.lengths = {33, 16};
-  s.lower_bound = -20.f;
-  check_key(key, s);
+  // rows that are not 16-byte aligned (element by element) and f32 g and beta
+  // (every sequence through one CTA per head), then the per-element path for
+  // the chunk's one block of A and M. Route pipe16 also on sm_100a (its
+  // consumer's state pass on mma.sync).
+  for (const char* key : {"kda_chunk.h2.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90",
+                          "kda_chunk.h2.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90",
+                          "kda_chunk.h2.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_100a"}) {
+    INFO(key);
+    ChunkSpec s = ragged(9730);
+    s.lengths = {17, 0, 1, 40, 16, 15};
+    check_key(key, s);
+    s.seed = 9731;
+    s.row_pad = 3;
+    s.g_dtype = s.beta_dtype = KDAJIT_DTYPE_F32;
+    check_key(key, s, 1);
+    s = ragged(9732);
+    s.lengths = {33, 16};
+    s.lower_bound = -20.f;
+    check_key(key, s);
+  }
 }
 
 TEST_CASE("emulated chunk kernel: no L2 norm, beta as given, rowcta and twopass", "[emulation][chunk]") {

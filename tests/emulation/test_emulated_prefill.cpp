@@ -169,19 +169,23 @@ TEST_CASE("emulated prefill kernel: a strong decay (the per-element path for A a
               KDAJIT_DTYPE_F32, KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9803, default_call(), 0, -20.f);
 }
 
-TEST_CASE("emulated prefill kernel: chunks of 16 (route rowcta16), both programs, a strong decay",
+TEST_CASE("emulated prefill kernel: chunks of 16 (routes rowcta16 and pipe16), both programs, a strong decay",
           "[emulation][prefill]") {
   // Lengths around the chunk edges of 16 (0, 1, 15, 16, 17, 40), new prompts
   // and continued ones; then every sequence through one CTA per head with
-  // bf16 state, DS conv and the softplus gate; then the per-element path
-  // for the chunk's one block of A and M.
+  // bf16 state, DS conv and the softplus gate (route pipe16: the ring's
+  // phases carried across sequences); then the per-element path for the
+  // chunk's one block of A and M.
   const Call c{{17, 0, 1, 40, 16, 15}, {1, 2, 3, 4, 5, 6}, {0, 1, 1, 0, 1, 1}, 8};
-  check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90", KDAJIT_DTYPE_F32,
-            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9830, c);
-  check_key("kda_prefill.h2.state_bf16.conv_ds.t16.gate_softplus.route_rowcta16.sm_90", KDAJIT_DTYPE_BF16,
-            KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9831, c, 1);
-  check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90", KDAJIT_DTYPE_F32,
-            KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9832, c, 0, -20.f);
+  for (const std::string route : {"rowcta16", "pipe16"}) {
+    INFO("route " << route);
+    check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_" + route + ".sm_90", KDAJIT_DTYPE_F32,
+              KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9830, c);
+    check_key("kda_prefill.h2.state_bf16.conv_ds.t16.gate_softplus.route_" + route + ".sm_90", KDAJIT_DTYPE_BF16,
+              KDAJIT_CONV_DS, KDAJIT_GATE_SOFTPLUS, 9831, c, 1);
+    check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_" + route + ".sm_90", KDAJIT_DTYPE_F32,
+              KDAJIT_CONV_SD, KDAJIT_GATE_BOUNDED, 9832, c, 0, -20.f);
+  }
 }
 
 TEST_CASE("emulated prefill kernel: route twopass, both programs, one workspace over two calls", "[emulation][prefill]") {

@@ -35,7 +35,7 @@ std::string error_of(const R& r) {
 bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
 
 // The routes of an op that the presets list: every route that serves it but
-// the forced-only ones (rowcta16).
+// the forced-only ones (rowcta16, pipe16).
 size_t preset_routes(Op op) {
   size_t n = 0;
   for (std::string_view name : route_names(op)) n += forced_only(*parse_field<Route>(name)) ? 0 : 1;
@@ -261,8 +261,11 @@ TEST_CASE("kernel key: chunk keys carry conv sd and t 64, and serve the prefill 
                  "kernel key field 'conv': expected sd for op chunk (it has no conv), got ds"));
   CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t4.gate_bounded.route_rowcta.sm_90")),
                  "expected 64 (the chunk size) for op chunk on route rowcta, got 4"));
-  // Route rowcta16's keys carry chunks of 16, and only they do.
+  // Routes rowcta16's and pipe16's keys carry chunks of 16, and only they do.
   CHECK(parse_key("kda_chunk.h32.state_f32.conv_sd.t16.gate_bounded.route_rowcta16.sm_90").ok());
+  CHECK(parse_key("kda_prefill.h32.state_bf16.conv_ds.t16.gate_softplus.route_pipe16.sm_90").ok());
+  CHECK(contains(error_of(parse_key("kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_pipe16.sm_90")),
+                 "expected 16 (the chunk size) for op chunk on route pipe16, got 64"));
   CHECK(contains(error_of(parse_key("kda_prefill.h32.state_f32.conv_sd.t64.gate_bounded.route_rowcta16.sm_90")),
                  "expected 16 (the chunk size) for op prefill on route rowcta16, got 64"));
   CHECK(contains(error_of(parse_key("kda_prefill.h32.state_f32.conv_sd.t16.gate_bounded.route_split2.sm_90")),

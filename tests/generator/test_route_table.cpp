@@ -130,7 +130,8 @@ TEST_CASE("route table: shared-memory stages fit the SM next to the route's othe
             CHECK(smem == 227u * 1024u);
             CHECK(r.stage_count(k) == 0);
             CHECK(r.ctas_per_sm(k) == 1);
-            CHECK(r.threads(k) == 256);
+            // Route pipe16: two roles of 256 (producers, consumer).
+            CHECK(r.threads(k) == (r.route == Route::pipe16 ? 512 : 256));
             CHECK(smem + kSystem <= kPerSm);
             continue;
           }
@@ -168,12 +169,14 @@ TEST_CASE("route table: presets hold every route that serves each family (but th
 }
 
 TEST_CASE("route table: the prefill op's routes, templates and entry", "[routes]") {
-  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
+  std::vector<std::string_view> want = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16", "pipe16"};
   CHECK(route_names(Op::prefill) == want);
   for (const RouteSpec& r : route_table()) {
     INFO(r.name());
     if (r.serves(Op::prefill))
-      CHECK(r.template_file(Op::prefill) == (r.route == Route::twopass ? "kda_prefill_twopass.cu" : "kda_prefill.cu"));
+      CHECK(r.template_file(Op::prefill) == (r.route == Route::twopass  ? "kda_prefill_twopass.cu"
+                                             : r.route == Route::pipe16 ? "kda_prefill_pipe.cu"
+                                                                        : "kda_prefill.cu"));
     // Only twopass launches a kernel before its own, and one after it.
     CHECK((r.pre_grid != nullptr) == (r.route == Route::twopass));
     CHECK((r.post_grid != nullptr) == (r.route == Route::twopass));
@@ -300,7 +303,7 @@ TEST_CASE("route table: the prefill launch plan", "[routes]") {
       CHECK(p.grid.y <= kMaxGridY);
       // Route twopass's state pass: P CTAs per (sequence, head) along z (twopass_parts).
       CHECK(p.grid.z == (r.route == Route::twopass ? static_cast<uint32_t>(twopass_parts(c, h200)) : 1u));
-      CHECK(p.threads == 256u);
+      CHECK(p.threads == (r.route == Route::pipe16 ? 512u : 256u));
       CHECK(p.cluster_y == static_cast<uint32_t>(P));
       CHECK(p.dynamic_smem_bytes == 232448u);
     }

@@ -17,6 +17,7 @@
 #include "gpu_harness.hpp"
 #include "kdajit/chunk_problem.hpp"
 #include "kdajit/reference.hpp"
+#include "kdajit/routes.hpp"
 
 using namespace kdajit;
 using namespace kdajit::test;
@@ -25,11 +26,12 @@ using ref::ChunkSpec;
 
 namespace {
 
-constexpr std::string_view kRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
+// The chunk op's routes, by name: every row of the route table that serves it.
+const std::vector<std::string_view> kRoutes = route_names(Op::chunk);
 
 std::string key_for(const ChunkSpec& s, std::string_view route) {
   return fmt::format("kda_chunk.h{}.state_{}.conv_sd.t{}.gate_{}.route_{}.{}", s.heads,
-                     s.state == KDAJIT_DTYPE_F32 ? "f32" : "bf16", route == "rowcta16" ? 16 : 64,
+                     s.state == KDAJIT_DTYPE_F32 ? "f32" : "bf16", route_chunk(*parse_field<Route>(route)),
                      s.gate == KDAJIT_GATE_BOUNDED ? "bounded" : "softplus", route, to_string(device_arch()));
 }
 
@@ -46,7 +48,7 @@ void check(const ChunkProblem& expected, const ChunkProblem& got, const std::str
 }
 
 // One problem, the reference once, then each route forced: the key it names, then the call.
-void check_routes(const ChunkSpec& s, std::initializer_list<std::string_view> routes) {
+void check_routes(const ChunkSpec& s, const std::vector<std::string_view>& routes) {
   const ChunkProblem input = ChunkProblem::make(s);
   ChunkProblem expected = input;
   Status r = ref::chunk(expected.args);
@@ -82,7 +84,7 @@ const bool registered = [] {
       s.gate = g;
       s.seed = seed++;
       test::register_test(s.name() + ", every route", "[gpu][chunk]",
-                          [s] { check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4], kRoutes[5]}); });
+                          [s] { check_routes(s, kRoutes); });
     }
   for (int h : {8, 32, 64, 12, 96}) {
     ChunkSpec s;
@@ -102,7 +104,7 @@ TEST_CASE("chunk: f32 g and beta, beta as given, no L2 norm, state_v_first, ever
   s.qk_l2norm = false;
   s.state_v_first = true;
   s.seed = 9200;
-  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
+  check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
 TEST_CASE("chunk: no initial state and no dt_bias; no final state; in place", "[gpu][chunk]") {
@@ -128,7 +130,7 @@ TEST_CASE("chunk: q, k and output rows not 16-byte aligned (route twopass's step
   s.row_pad = 3;
   s.lengths = {65, 0, 200, 1};
   s.seed = 9303;
-  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
+  check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
 TEST_CASE("chunk: route twopass at P = 8, 4, 2 and 1 state pass CTAs per (sequence, head)", "[gpu][chunk]") {
@@ -169,7 +171,7 @@ TEST_CASE("chunk: a strong decay (the per-element path for A and M), every route
   ChunkSpec s;
   s.lower_bound = -20.f;
   s.seed = 9460;
-  check_routes(s, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[4]});
+  check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass"});
 }
 
 TEST_CASE("chunk: a sequence in two calls equals one call, every route", "[gpu][chunk]") {
@@ -268,12 +270,12 @@ TEST_CASE("chunk: small ragged batches under the sanitizers, every route, both s
   a.lengths = {65, 0, 130, 1};
   a.rows_after = 3;
   a.seed = 9600;
-  check_routes(a, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[5]});
+  check_routes(a, {"rowcta", "split2", "split4", "split8", "rowcta16", "pipe16"});
   ChunkSpec b = a;
   b.state = KDAJIT_DTYPE_BF16;
   b.in_place = true;
   b.state_v_first = true;
   b.g_dtype = b.beta_dtype = KDAJIT_DTYPE_F32;
   b.seed = 9601;
-  check_routes(b, {kRoutes[0], kRoutes[1], kRoutes[2], kRoutes[3], kRoutes[5]});
+  check_routes(b, {"rowcta", "split2", "split4", "split8", "rowcta16", "pipe16"});
 }

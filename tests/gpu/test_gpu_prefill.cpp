@@ -32,10 +32,11 @@ using namespace kdajit::test;
 
 namespace {
 
-constexpr int kChunk = 64;  // the prefill keys' t: tokens per chunk (route rowcta16: 16)
-int route_chunk(std::string_view route) { return route == "rowcta16" ? 16 : kChunk; }
-// The prefill op's routes, by name (options.route takes the name).
-constexpr std::string_view kPrefillRoutes[] = {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"};
+constexpr int kChunk = 64;  // the selector's routes' t: tokens per chunk
+// A route's t (the route table's: 16 for rowcta16 and pipe16).
+int route_chunk(std::string_view route) { return kdajit::route_chunk(*parse_field<Route>(route)); }
+// The prefill op's routes, by name (options.route takes the name): every row of the table that serves it.
+const std::vector<std::string_view> kPrefillRoutes = route_names(Op::prefill);
 
 std::string_view dtype_name(kdajit_dtype_t d) { return d == KDAJIT_DTYPE_F32 ? "f32" : "bf16"; }
 std::string_view conv_name(kdajit_conv_layout_t c) { return c == KDAJIT_CONV_SD ? "sd" : "ds"; }
@@ -357,7 +358,7 @@ PrefillProblem run_and_compare(Runtime& rt, PrefillProblem& expected, PrefillPro
 }
 
 // One problem, the reference once, then each route forced.
-void check_routes(const PrefillSpec& spec, std::initializer_list<std::string_view> routes) {
+void check_routes(const PrefillSpec& spec, const std::vector<std::string_view>& routes) {
   PrefillProblem p = make_prefill(spec);
   PrefillProblem expected = p;
   expected.run_reference();
@@ -410,7 +411,7 @@ const bool registered = [] {
       for (auto g : {KDAJIT_GATE_BOUNDED, KDAJIT_GATE_SOFTPLUS}) {
         const PrefillSpec s = ragged_spec(16, st, cv, g, seed++);
         test::register_test(base_name(s) + ", every route", "[gpu][prefill]", [s] {
-          check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
+          check_routes(s, kPrefillRoutes);
         });
       }
   for (int h : {8, 32, 64, 12, 24, 48, 96}) {
@@ -680,7 +681,7 @@ TEST_CASE("prefill: a strong decay (the per-element path for A and M), every rou
     if (g == KDAJIT_GATE_BOUNDED) s.lower_bound = -20.f;
     else s.a_log_shift = 3.f;
     INFO("gate " << gate_name(g));
-    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
+    check_routes(s, kPrefillRoutes);
   }
 }
 
@@ -696,6 +697,6 @@ TEST_CASE("prefill sanitizer cases", "[sanitize]") {
     s.rows_after = 2;
     s.seed = 6800 + st;
     INFO("state " << dtype_name(st));
-    check_routes(s, {"rowcta", "split2", "split4", "split8", "twopass", "rowcta16"});
+    check_routes(s, kPrefillRoutes);
   }
 }

@@ -612,9 +612,11 @@ class RouteForcing(unittest.TestCase):
             forcer = tool.RouteForcer(kdajit)
         finally:
             _abi.routes = real
-        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "twopass", "rowcta16", "wide", "long"])
-        self.assertEqual(sorted(forcer.unavailable["prefill"]), ["long", "rowcta16", "split4", "split8", "twopass"])
-        self.assertEqual(sorted(forcer.unavailable["chunk"]), ["rowcta16", "split2", "split4", "split8", "twopass", "wide"])
+        self.assertEqual(forcer.routes, ["rowcta", "split2", "split4", "split8", "twopass", "rowcta16", "pipe16", "wide",
+                                         "long"])
+        self.assertEqual(sorted(forcer.unavailable["prefill"]), ["long", "pipe16", "rowcta16", "split4", "split8", "twopass"])
+        self.assertEqual(sorted(forcer.unavailable["chunk"]),
+                         ["pipe16", "rowcta16", "split2", "split4", "split8", "twopass", "wide"])
         self.assertIn("route split4 does not serve the prefill op", forcer.unavailable["prefill"]["split4"])
         self.assertIn("route split2 does not serve the chunk op (route table: single, prefill)",
                       forcer.unavailable["chunk"]["split2"])
@@ -749,13 +751,13 @@ class Tables(unittest.TestCase):
                                   kdajit_chunk={"us": 160.0, "route": None}, forced=forced,
                                   chunk_forced=chunk_forced)], routes=True)
         self.assertEqual(lines[:5], ["kdajit.fused_kda_prefill, each route forced (us):", "",
-                                     "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 |",
-                                     "|---" * 8 + "|",
-                                     "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] | - | - |"])
+                                     "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 | pipe16 |",
+                                     "|---" * 9 + "|",
+                                     "| 1x16384 H64 f32 | split2 | 300 | 210 | n/a [1] | error [2] | - | - | - |"])
         self.assertEqual(lines[6:11], ["kdajit.chunk_kda, each route forced (us):", "",
-                                       "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 |",
-                                       "|---" * 8 + "|",
-                                       "| 1x16384 H64 f32 | ? | 280 | 190 | 150 | error [2] | - | - |"])
+                                       "| cell | selector | rowcta | split2 | split4 | split8 | twopass | rowcta16 | pipe16 |",
+                                       "|---" * 9 + "|",
+                                       "| 1x16384 H64 f32 | ? | 280 | 190 | 150 | error [2] | - | - | - |"])
         self.assertEqual(lines[-2:], ["[1] NotImplementedError: route split4 cannot serve",
                                       "[2] KdajitError: launch failed"])
 

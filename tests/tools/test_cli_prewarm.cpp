@@ -265,8 +265,7 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
           CHECK(j["ctas_per_sm"][field] == 1);
           CHECK(j["dynamic_smem"][field]["bytes"] == 232448);
           CHECK(j["dynamic_smem"][field]["stages"] == 0);
-          CHECK(j["templates"]["prefill"] ==
-                (spec.route == Route::twopass ? "kda_prefill_twopass.cu" : "kda_prefill.cu"));
+          CHECK(j["templates"]["prefill"] == spec.template_file(Op::prefill));  // the table's (test_route_table pins them)
         }
       }
     // Stages (route stream): the dynamic shared memory the launcher asks for.
@@ -368,7 +367,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
                    kSm90);
   CHECK(stream.code == 2);
   CHECK(stream.err.find(
-            "route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8|twopass|rowcta16") !=
+            "route stream does not serve op prefill; routes of op prefill: rowcta|split2|split4|split8|twopass|rowcta16|pipe16") !=
         std::string::npos);
   Run t8 = cli({"compile", "kda_prefill.h16.state_f32.conv_sd.t8.gate_bounded.route_rowcta.sm_90"}, scratch.path(), kSm90);
   CHECK(t8.code == 2);
@@ -390,7 +389,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
     prefill_sm120 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
     single_sm120 += k.rfind("kda_single.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
   }
-  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 1);  // every route but the forced-only rowcta16
+  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 2);  // every route but the forced-only rowcta16 and pipe16
   CHECK(prefill_sm120 == 0);
   CHECK(single_sm120 == route_names(Op::single).size());
   Run only = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--arch", "sm_120a"},

@@ -41,12 +41,31 @@ struct DeviceTraits {
   int sm_count = 0;
 };
 
-// The chunk size of a chunked op's keys on `route` (their t field).
-constexpr int route_chunk(Route route) { return route == Route::rowcta16 ? 16 : kPrefillChunk; }
+// The chunk size of a chunked op's keys on `route` (their t field; the route
+// table's column).
+constexpr int route_chunk(Route route) {
+  switch (route) {
+#define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
+              eligible, eligibility, grid, stages, pre_grid, post_grid, chunk, forced)                                 \
+  case Route::name: return chunk;
+#include "kdajit/routes.def"
+#undef ROUTE
+  }
+  return kPrefillChunk;
+}
 // A route that runs only where a caller forces it (options.route), being
 // measured: the selector never picks it, and no preset or configuration lists
 // its keys (docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)").
-constexpr bool forced_only(Route route) { return route == Route::rowcta16; }
+constexpr bool forced_only(Route route) {
+  switch (route) {
+#define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
+              eligible, eligibility, grid, stages, pre_grid, post_grid, chunk, forced)                                 \
+  case Route::name: return forced;
+#include "kdajit/routes.def"
+#undef ROUTE
+  }
+  return false;
+}
 
 // The key `call` runs with on `arch` with `route`.
 inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
@@ -69,7 +88,8 @@ inline constexpr int64_t kMaxGridY = 65535;
 // maximum of dynamic shared memory per CTA for the chunk's working set (the
 // generator passes it as KDA_SMEM_BYTES; the kernel static_asserts its layout
 // fits). Grid: x = H, y = P x wave with wave = min(max(N, 1), 65535 / P); the
-// kernel walks sequences n = blockIdx.y / P + k x wave.
+// kernel walks sequences n = blockIdx.y / P + k x wave. Route pipe16 runs two
+// roles of kPrefillThreads each (templates/kda_prefill_pipe.cu).
 inline constexpr int kPrefillThreads = 256;
 inline constexpr int kPrefillCtasPerSm = 1;
 inline constexpr uint32_t kPrefillSmemBytes = 232448;
@@ -99,7 +119,9 @@ int twopass_parts(const CallShape& call, const DeviceTraits& device);
 // sm_90a (canonical_options; the cubin runs on compute capability 9.0, which
 // is what the key names). The split routes and every other arch keep mma.sync.
 constexpr bool wgmma_state_pass(const KernelKey& key) {
-  return chunked(key.op) && (key.route == Route::twopass || key.route == Route::rowcta || key.route == Route::rowcta16) &&
+  return chunked(key.op) &&
+         (key.route == Route::twopass || key.route == Route::rowcta || key.route == Route::rowcta16 ||
+          key.route == Route::pipe16) &&
          (key.arch == Arch::sm_90 || key.arch == Arch::sm_90a);
 }
 

@@ -1,0 +1,229 @@
+// Route pipe16 of the chunked ops (docs/DESIGN.md, "Chunks of 16 on one CTA
+// per (sequence, head)", step (2)): route rowcta16's CTA per (sequence, head)
+// over chunks of 16 tokens, its 512 threads in two roles. Warps 0-7, the
+// producers, run steps 1-4 of the CTA's chunks, one after the other across
+// its sequences, each into the next slot of a ring of kSlots in shared memory
+// (the layout of route twopass's unit: IntraSmem's put_* functions). Warps
+// 8-15, the consumer, two warpgroups of 64 value rows each, hold the state in
+// their accumulators and run step 5 and step 6 of each chunk from its slot.
+// So the producers' work on the next chunks overlaps the consumer's state
+// pass and norm, and nothing of a chunk leaves the chip but its output rows.
+//
+// Slot s has a full and an empty mbarrier of 256 arrivals each. Chunk i of the
+// CTA (counted over its sequences) goes to slot i mod kSlots; its phase
+// parity is (i / kSlots) & 1. A producer thread waits for the slot's empty
+// phase of the previous round (parity ^ 1, which a fresh barrier passes),
+// writes its part with ordinary stores, orders them before the async proxy
+// (wgmma reads the slot through it) and arrives on full. A consumer thread
+// waits on full, runs step 5 from the slot, and arrives on empty once the
+// warpgroup's wgmma have completed. The roles' own barriers are named
+// barriers of 256 threads (ProducerSync, ConsumerSync); after the prologue no
+// barrier spans the CTA.
+//
+// The producers also write the output rows no live sequence computes (zeros)
+// and, for the prefill op, the conv windows after each sequence's last chunk;
+// the consumer loads and stores the state and writes the chunks' output rows.
+// Both walk the same sequences and the same chunks, so the ring's phases stay
+// in step across sequences.
+#define KDA_PIPE 1
+#if KDA_THREADS != 512
+#error "route pipe16 launches 512 threads: two roles of 256"
+#endif
+#undef KDA_THREADS
+#define KDA_THREADS 256  // the steps' thread count: each role's
+#include "kda_prefill.cu"
+
+namespace kda {
+namespace prefill {
+
+using ProducerSync = NamedSync<1>;
+using ConsumerSync = NamedSync<2>;
+
+// Dynamic shared memory: the producers' buffers (IntraSmem's layout), the
+// ring, and the consumer's OB, sums, norm weight, then the mbarriers. A slot
+// is a unit (what step 5 reads) and, for the prefill op, the chunk's output
+// gate rows (bf16 [kC][kD]), which the producers copy in with the chunk so
+// that step 6 waits on nothing global.
+enum : int {
+  kSlots = 3,
+  kSlotGate = kUnitBytes,
+  kSlotBytes = kSlotGate + (kChunk ? 0 : kC * kD * 2),
+  kPOffRing = (kIntraSmemBytes + 127) / 128 * 128,
+  kPOffOb = kPOffRing + kSlots * kSlotBytes,            // bf16 [kC][kLdOb]: round_bf16(o)
+  kPOffWarpSum = kPOffOb + kC * kLdOb * 2,              // f32 [kSWarps][kC]: each consumer warp's Σ ob²
+  kPOffSum = kPOffWarpSum + kSWarps * kC * 4,           // f32 [2][kC]: each token's Σ ob², by chunk parity
+  kPOffNormW = kPOffSum + 2 * kC * 4,                   // f32 [kD]: norm_weight
+  kPOffBars = (kPOffNormW + kD * 4 + 7) / 8 * 8,        // u64 [2][kSlots]: full, then empty
+  kPipeSmemBytes = kPOffBars + 2 * kSlots * 8,
+};
+static_assert(kC == 16 && kSplit == 1 && kVRows == kD, "route pipe16: chunks of 16, all 128 value rows on the CTA");
+static_assert(kSlotBytes % 128 == 0 && kPOffOb % 16 == 0, "slots and OB 16-byte aligned");
+static_assert(kPipeSmemBytes <= KDA_SMEM_BYTES, "the pipe16 layout must fit the launch's dynamic shared memory");
+
+__device__ __forceinline__ unsigned char* ring_slot(unsigned char* smem, int s) {
+  return smem + kPOffRing + s * kSlotBytes;
+}
+__device__ __forceinline__ unsigned long long* full_bar(unsigned char* smem, int s) {
+  return reinterpret_cast<unsigned long long*>(smem + kPOffBars) + s;
+}
+__device__ __forceinline__ unsigned long long* empty_bar(unsigned char* smem, int s) {
+  return reinterpret_cast<unsigned long long*>(smem + kPOffBars) + kSlots + s;
+}
+
+// The producers' view: IntraSmem's buffers and its stores into a slot, with
+// step 1 as the fused routes run it (conv_chunk or load_chunk, then
+// gates_chunk) and one block a warp task in step 3. T's rows are 16 floats
+// (IntraSmem's swizzle is for 64): rows r with r & 2 swap their halves, so
+// that apply_inverse's float2 reads of rows g = 0..3 (a half-warp) fall in
+// distinct banks.
+struct PipeProducer : IntraSmem {
+  using Sync = ProducerSync;
+  static constexpr bool kStagedInputs = false;
+  static constexpr bool kRowTasks = false;
+  static constexpr bool kLateOperands = false;
+  __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 2) << 2)); }
+};
+
+// The consumer's view of a chunk: its slot (what step 5 reads, in the unit's
+// layout: U^T rows of kC) and the consumer's own buffers.
+struct PipeSlot {
+  unsigned char* base;
+  unsigned char* slot;
+  __device__ float* W() const { return reinterpret_cast<float*>(slot + kUnitW); }
+  __device__ float* UT() const { return reinterpret_cast<float*>(slot + kUnitUT); }
+  __device__ float* Qg() const { return reinterpret_cast<float*>(slot + kUnitQg); }
+  __device__ float* KdT() const { return reinterpret_cast<float*>(slot + kUnitKdT); }
+  __device__ float* A() const { return reinterpret_cast<float*>(slot + kUnitA); }
+  __device__ float* gammaC() const { return reinterpret_cast<float*>(slot + kUnitGammaC); }
+  static constexpr int kLdUT = kC;
+  __device__ unsigned short* ob() const { return reinterpret_cast<unsigned short*>(base + kPOffOb); }
+  __device__ float* warp_sum() const { return reinterpret_cast<float*>(base + kPOffWarpSum); }
+  __device__ float* cluster_sum() const { return reinterpret_cast<float*>(base + kPOffSum); }
+  __device__ float* normw() const { return reinterpret_cast<float*>(base + kPOffNormW); }
+  static constexpr bool kGateRows = true;
+  __device__ const unsigned short* gate_rows() const { return reinterpret_cast<const unsigned short*>(slot + kSlotGate); }
+};
+
+// The prefill op's output gate rows row0 .. row0 + L - 1 of head h into a
+// slot (rows past L are not read): by 16-byte cp.async copies, a piece a
+// producer thread, when the tensor's pointer and row stride allow, else
+// element by element. The caller waits (cp_async_wait_all) before the slot's
+// full arrival.
+__device__ __forceinline__ void copy_gate_rows(const KdaParams& p, unsigned char* slot, int h, long long row0, int L) {
+  unsigned short* dst = reinterpret_cast<unsigned short*>(slot + kSlotGate);
+  const kda_bf16_bits* src = p.output_gate + row0 * p.ogate_row_stride + h * kD;
+  if (((reinterpret_cast<unsigned long long>(p.output_gate) & 15) | (p.ogate_row_stride & 7)) == 0) {
+    enum : int { kPieces = kD / 8 };
+    static_assert(kC * kPieces == kThreads, "one 16-byte piece a producer thread");
+    const int t = threadIdx.x / kPieces, c = 8 * (threadIdx.x % kPieces);
+    cp_async_16_or_zero(dst + t * kD + c, src + (t < L ? t : 0) * p.ogate_row_stride + c, t < L);
+    return;
+  }
+  for (int i = threadIdx.x; i < L * kD; i += kThreads) dst[i] = src[i / kD * p.ogate_row_stride + i % kD];
+}
+
+// Sequence n's rows, slot, whether it computes them, and whether it starts
+// from its slot's state (both roles read them alike).
+struct PipeSequence {
+  int q0, q1, slot;
+  bool live, initial;
+};
+__device__ __forceinline__ PipeSequence pipe_sequence(const KdaParams& p, int n) {
+  PipeSequence s;
+  s.q0 = p.query_start_loc[n];
+  s.q1 = p.query_start_loc[n + 1];
+  s.slot = kChunk ? n : p.state_indices[n];  // the chunk op's sequence n has dense state n
+  s.live = sequence_live(p, s.q0, s.q1, s.slot);
+  s.initial = kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  return s;
+}
+
+// Warps 0-7: steps 1-4 of every chunk of the CTA's sequences into the ring,
+// the zero rows, and (prefill op) the conv windows.
+__device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* smem, int h) {
+  const GateConstants gate = gate_constants(p, h);
+  unsigned chunk = 0;  // the CTA's chunks so far
+  for (int n = blockIdx.y; n < p.num_seqs; n += gridDim.y) {
+    const PipeSequence s = pipe_sequence(p, n);
+    if (n == 0) zero_output(p, h, 0, s.q0, 0);
+    if (n == p.num_seqs - 1) zero_output(p, h, s.q1, p.rows, 0);
+    if (!kChunk && s.slot >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
+      atomicAdd(p.oob_counter, 1);
+    if (!s.live) {
+      zero_output(p, h, s.q0, s.q1, 0);
+      continue;
+    }
+    const long long len = s.q1 - s.q0, cbase = static_cast<long long>(s.slot) * p.conv_slot_stride;
+    for (long long c0 = 0; c0 < len; c0 += kC, ++chunk) {
+      const int i = static_cast<int>(chunk % kSlots);
+      const unsigned parity = (chunk / kSlots) & 1;
+      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+      mbar_wait(empty_bar(smem, i), parity ^ 1);
+      const PipeProducer sm{{smem, ring_slot(smem, i)}};
+      if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, s.q0 + c0, L);
+      intra_chunk(p, sm, h, 0, s.q0, c0, L, s.initial, cbase, gate);
+      if constexpr (!kChunk) cp_async_wait_all();
+      fence_proxy_async();  // step 5 reads the slot through the async proxy (wgmma)
+      mbar_arrive(full_bar(smem, i));
+    }
+    // Every read of the conv window (the first chunk) is this role's, before its barriers.
+    if constexpr (!kChunk) conv_state_out(p, h, 0, 0, s.q0, len, s.initial, cbase);
+  }
+}
+
+// Warps 8-15 (tid = threadIdx.x - 256): the state pass and the output of
+// every chunk, the state in and out of the slot.
+__device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* smem, int h) {
+  const unsigned tid = threadIdx.x - kThreads;
+  const int vl = 16 * static_cast<int>(tid >> 5);
+  if (!kChunk && tid < kD) reinterpret_cast<float*>(smem + kPOffNormW)[tid] = p.norm_weight[tid];
+  unsigned chunk = 0;
+  int parity = 0;
+  for (int n = blockIdx.y; n < p.num_seqs; n += gridDim.y) {
+    const PipeSequence s = pipe_sequence(p, n);
+    if (!s.live) continue;
+    StateTile st;
+    if (s.initial) {
+      state_load(p, s.slot, h, vl, st);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) st.s[nt][0] = st.s[nt][1] = st.s[nt][2] = st.s[nt][3] = 0.f;
+    }
+    const long long len = s.q1 - s.q0;
+    for (long long c0 = 0; c0 < len; c0 += kC, ++chunk) {
+      const int i = static_cast<int>(chunk % kSlots);
+      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+      const long long row0 = s.q0 + c0;
+      mbar_wait(full_bar(smem, i), (chunk / kSlots) & 1);
+      const PipeSlot sm{smem, ring_slot(smem, i)};
+      state_pass_own(sm, st, vl);
+      mbar_arrive(empty_bar(smem, i));  // every read of the slot is done (the wgmma waited for)
+      ConsumerSync::sync();  // OB and the warps' sums
+      if constexpr (kChunk) plain_output(p, sm, h, 0, 0, kVRows, row0, L, tid);
+      else norm_output<ConsumerSync>(p, sm, h, 0, 0, row0, L, parity, tid);
+      ConsumerSync::sync();  // OB is the next chunk's
+      parity ^= 1;
+    }
+    if constexpr (kChunk) {
+      if (p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, s.slot, h, vl, st);
+    } else {
+      state_store(p, p.state, p.state_slot_stride, s.slot, h, vl, st);
+    }
+  }
+}
+
+}  // namespace prefill
+}  // namespace kda
+
+// Grid (H, wave): CTA y takes sequences y, y + wave, .. of head blockIdx.x;
+// one CTA per SM (512 threads, 128 registers each).
+extern "C" __global__ void __launch_bounds__(2 * KDA_THREADS, 1) KDA_PREFILL_ENTRY(const __grid_constant__ KdaParams p) {
+  extern __shared__ __align__(16) unsigned char kda_smem[];
+  using namespace kda::prefill;
+  kda::pdl_wait();
+  if (threadIdx.x < 2 * kSlots)
+    kda::mbar_init(reinterpret_cast<unsigned long long*>(kda_smem + kPOffBars) + threadIdx.x, kda::kThreads);
+  __syncthreads();
+  if (threadIdx.x < kda::kThreads) pipe_produce(p, kda_smem, blockIdx.x);
+  else pipe_consume(p, kda_smem, blockIdx.x);
+}
