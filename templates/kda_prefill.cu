@@ -1166,10 +1166,13 @@ __device__ __forceinline__ long long state_elem(const KdaParams& p, long long sl
 }
 
 // The state's elements are bf16 (kBf16) or f32; KdaParams::state_bf16 picks
-// the instance once per sequence.
+// the instance once per sequence. `lane` is threadIdx.x & 31 (route pipe16's
+// consumer: from fresh_tid(), so that the element offsets of a runtime
+// k stride are formed per sequence, not hoisted into registers across the
+// sequence loop).
 template <bool kBf16>
-__device__ __forceinline__ void state_load_as(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+__device__ __forceinline__ void state_load_as(const KdaParams& p, int slot, int h, int vrow, StateTile& st, int lane) {
+  const int g = lane >> 2, q = lane & 3;
   const bool pair = !kChunk || p.state_k_stride == 1;  // the prefill op's pool is [v][k]
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
@@ -1202,17 +1205,18 @@ __device__ __forceinline__ void state_load_as(const KdaParams& p, int slot, int 
       st.s[nt][2 * hr + 1] = x1;
     }
 }
-__device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st) {
-  if (p.state_bf16) state_load_as<true>(p, slot, h, vrow, st);
-  else state_load_as<false>(p, slot, h, vrow, st);
+__device__ __forceinline__ void state_load(const KdaParams& p, int slot, int h, int vrow, StateTile& st,
+                                           int lane = threadIdx.x & 31) {
+  if (p.state_bf16) state_load_as<true>(p, slot, h, vrow, st, lane);
+  else state_load_as<false>(p, slot, h, vrow, st, lane);
 }
 
 // Into `dst` (the slot pool for the prefill op, final_state for the chunk op),
 // `slot_stride` elements between slots.
 template <bool kBf16>
 __device__ __forceinline__ void state_store_as(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
-                                               int vrow, const StateTile& st) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+                                               int vrow, const StateTile& st, int lane) {
+  const int g = lane >> 2, q = lane & 3;
   const bool pair = !kChunk || p.state_k_stride == 1;  // the prefill op's pool is [v][k]
 #pragma unroll
   for (int nt = 0; nt < kD / 8; ++nt)
@@ -1240,9 +1244,9 @@ __device__ __forceinline__ void state_store_as(const KdaParams& p, void* dst, lo
     }
 }
 __device__ __forceinline__ void state_store(const KdaParams& p, void* dst, long long slot_stride, int slot, int h,
-                                            int vrow, const StateTile& st) {
-  if (p.state_bf16) state_store_as<true>(p, dst, slot_stride, slot, h, vrow, st);
-  else state_store_as<false>(p, dst, slot_stride, slot, h, vrow, st);
+                                            int vrow, const StateTile& st, int lane = threadIdx.x & 31) {
+  if (p.state_bf16) state_store_as<true>(p, dst, slot_stride, slot, h, vrow, st, lane);
+  else state_store_as<false>(p, dst, slot_stride, slot, h, vrow, st, lane);
 }
 
 // Step 5 on one output tile nt (8 tokens) of the warp's value rows vl ..

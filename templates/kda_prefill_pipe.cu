@@ -173,50 +173,68 @@ __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* 
 
 // Warps 8-15 (tid = threadIdx.x - 256): the state pass and the output of
 // every chunk, the state in and out of the slot.
+// The consumer's thread index and first value row, formed from a fresh
+// thread index where they are used: kept in registers across its loops
+// (with the state's 64), they and the values made from them spilled.
+__device__ __forceinline__ unsigned consumer_tid() { return static_cast<unsigned>(fresh_tid()) - kThreads; }
+__device__ __forceinline__ int consumer_rows() { return 16 * static_cast<int>(consumer_tid() >> 5); }
+
 __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* smem, int h) {
-  const unsigned tid = threadIdx.x - kThreads;
-  const int vl = 16 * static_cast<int>(tid >> 5);
-  if (!kChunk && tid < kD) reinterpret_cast<float*>(smem + kPOffNormW)[tid] = p.norm_weight[tid];
+  if (!kChunk && threadIdx.x - kThreads < kD)
+    reinterpret_cast<float*>(smem + kPOffNormW)[threadIdx.x - kThreads] = p.norm_weight[threadIdx.x - kThreads];
   unsigned chunk = 0;
-  int parity = 0;
   for (int n = blockIdx.y; n < p.num_seqs; n += gridDim.y) {
     const PipeSequence s = pipe_sequence(p, n);
     if (!s.live) continue;
     StateTile st;
     if (s.initial) {
-      state_load(p, s.slot, h, vl, st);
+      state_load(p, s.slot, h, consumer_rows(), st, fresh_tid() & 31);
     } else {
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt) st.s[nt][0] = st.s[nt][1] = st.s[nt][2] = st.s[nt][3] = 0.f;
     }
-    const long long len = s.q1 - s.q0;
-    for (long long c0 = 0; c0 < len; c0 += kC, ++chunk) {
-      const int i = static_cast<int>(chunk % kSlots);
-      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-      const long long row0 = s.q0 + c0;
+    const int len = s.q1 - s.q0;
+    for (int c0 = 0; c0 < len; c0 += kC, ++chunk) {
+      const int i = static_cast<int>(chunk % kSlots), L = len - c0 < kC ? len - c0 : kC;
+      const long long row0 = static_cast<long long>(s.q0) + c0;
       mbar_wait(full_bar(smem, i), (chunk / kSlots) & 1);
       const PipeSlot sm{smem, ring_slot(smem, i)};
-      state_pass_own(sm, st, vl);
+      state_pass_own(sm, st, consumer_rows());
       mbar_arrive(empty_bar(smem, i));  // every read of the slot is done (the wgmma waited for)
       ConsumerSync::sync();  // OB and the warps' sums
-      if constexpr (kChunk) plain_output(p, sm, h, 0, 0, kVRows, row0, L, tid);
-      else norm_output<ConsumerSync>(p, sm, h, 0, 0, row0, L, parity, tid);
+      if constexpr (kChunk) plain_output(p, sm, h, 0, 0, kVRows, row0, L, consumer_tid());
+      else norm_output<ConsumerSync>(p, sm, h, 0, 0, row0, L, static_cast<int>(chunk & 1), consumer_tid());
       ConsumerSync::sync();  // OB is the next chunk's
-      parity ^= 1;
     }
     if constexpr (kChunk) {
-      if (p.final_state != nullptr) state_store(p, p.final_state, p.final_slot_stride, s.slot, h, vl, st);
+      if (p.final_state != nullptr)
+        state_store(p, p.final_state, p.final_slot_stride, s.slot, h, consumer_rows(), st, fresh_tid() & 31);
     } else {
-      state_store(p, p.state, p.state_slot_stride, s.slot, h, vl, st);
+      state_store(p, p.state, p.state_slot_stride, s.slot, h, consumer_rows(), st, fresh_tid() & 31);
     }
   }
+}
+
+// The registers of a thread of each role: 128 each at launch (512 threads,
+// the whole register file), then the producers give 8 to the consumer, whose
+// 64 state values per thread leave its step 5 and output no room at 128
+// (ptxas spilled 60-116 bytes there), where the architecture allows it
+// (setmaxnreg: sm_90a, sm_100a).
+enum : int { kProducerRegs = 120, kConsumerRegs = 136 };
+static_assert(kProducerRegs + kConsumerRegs == 2 * 65536 / (2 * kThreads), "the roles share the register file");
+template <bool kInc, int kRegs>
+__device__ __forceinline__ void set_max_registers() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+  if constexpr (kInc) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
 }
 
 }  // namespace prefill
 }  // namespace kda
 
 // Grid (H, wave): CTA y takes sequences y, y + wave, .. of head blockIdx.x;
-// one CTA per SM (512 threads, 128 registers each).
+// one CTA per SM (512 threads, 128 registers each at launch).
 extern "C" __global__ void __launch_bounds__(2 * KDA_THREADS, 1) KDA_PREFILL_ENTRY(const __grid_constant__ KdaParams p) {
   extern __shared__ __align__(16) unsigned char kda_smem[];
   using namespace kda::prefill;
@@ -224,6 +242,11 @@ extern "C" __global__ void __launch_bounds__(2 * KDA_THREADS, 1) KDA_PREFILL_ENT
   if (threadIdx.x < 2 * kSlots)
     kda::mbar_init(reinterpret_cast<unsigned long long*>(kda_smem + kPOffBars) + threadIdx.x, kda::kThreads);
   __syncthreads();
-  if (threadIdx.x < kda::kThreads) pipe_produce(p, kda_smem, blockIdx.x);
-  else pipe_consume(p, kda_smem, blockIdx.x);
+  if (threadIdx.x < kda::kThreads) {
+    set_max_registers<false, kProducerRegs>();
+    pipe_produce(p, kda_smem, blockIdx.x);
+  } else {
+    set_max_registers<true, kConsumerRegs>();
+    pipe_consume(p, kda_smem, blockIdx.x);
+  }
 }
