@@ -549,7 +549,7 @@ class CellsEndToEnd(unittest.TestCase):
         self.assertTrue(any(x.startswith("| 2x40 H1 bf16 | 20 | - | 20+ | 20* | 20 | 1.00 | 1.00 | 1.00 |")
                             for x in lines))
         self.assertIn("+ kdajit.chunk_kda with the cell's bf16 states", "\n".join(lines))
-        self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 | 10 |", lines)
+        self.assertIn("| 2x40 H1 bf16 | ? | 10 | 10 | 10 | 10 | 10 | 10 | 10 |", lines)
 
     def test_kdajit_only_times_kdajit_alone(self):
         a = tool.parse_args(["--kdajit-only", "--heads", "1", "--shapes", "1x5,2x40", "--states", "f32"])
@@ -763,7 +763,7 @@ class Tables(unittest.TestCase):
 
     def test_forced_routes_of_a_cell_the_second_pass_did_not_reach(self):
         lines = tool.tables([cell("mix64", 64, "bf16", {"us": 200.0}, kdajit_chunk={"us": 150.0})], routes=True)
-        self.assertIn("| mix64 H64 bf16 | ? | - | - | - | - | - | - |", lines)
+        self.assertIn("| mix64 H64 bf16 | ? | - | - | - | - | - | - | - |", lines)
 
     def test_tables_of_a_partial_json(self):
         doc = {"gpu": "NVIDIA H200", "versions": {"fla_commit": "bc3b101dcb713ddc5bd8924b66754eb68b5ccf89"},
@@ -785,7 +785,7 @@ class Tables(unittest.TestCase):
                                    "4270 GB/s, dense bf16 790 TFLOP/s (8192^3 matmul); median of 20 calls (10 per "
                                    "forced route), L2 flushed; status running")
         self.assertEqual(lines[1], "# stopped at mix64 H64 bf16: lost")
-        self.assertIn("| 8x2048 H16 f32 | ? | 200 | - | - | - | - | - |", lines)
+        self.assertIn("| 8x2048 H16 f32 | ? | 200 | - | - | - | - | - | - |", lines)
         self.assertEqual(lines[-1], "| 8x2048 H16 f32 | 250 | split2 | 200 | 1000 | 1250 | 5.00 | 4.00 | 5.00 | 100 "
                                     "| 2.50 | memory |")
 
