@@ -15,8 +15,9 @@
 // phase of the previous round (parity ^ 1, which a fresh barrier passes),
 // writes its part with ordinary stores, orders them before the async proxy
 // (wgmma reads the slot through it) and arrives on full. A consumer thread
-// waits on full, runs step 5 from the slot, and arrives on empty once the
-// warpgroup's wgmma have completed. The roles' own barriers are named
+// waits on full, runs step 5 from the slot, and arrives on empty once its
+// last read of the slot is done: after the warpgroup's wgmma have completed
+// (chunk op), after the norm's reads of the gate rows (prefill op). The roles' own barriers are named
 // barriers of 256 threads (ProducerSync, ConsumerSync); after the prologue no
 // barrier spans the CTA.
 //
@@ -200,10 +201,14 @@ __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* 
       mbar_wait(full_bar(smem, i), (chunk / kSlots) & 1);
       const PipeSlot sm{smem, ring_slot(smem, i)};
       state_pass_own(sm, st, consumer_rows());
-      mbar_arrive(empty_bar(smem, i));  // every read of the slot is done (the wgmma waited for)
+      // The chunk op's slot has no reader left (the wgmma waited for); the
+      // prefill op's norm still reads the slot's gate rows, which the
+      // producers' next copy into this slot would overwrite.
+      if constexpr (kChunk) mbar_arrive(empty_bar(smem, i));
       ConsumerSync::sync();  // OB and the warps' sums
       if constexpr (kChunk) plain_output(p, sm, h, 0, 0, kVRows, row0, L, consumer_tid());
       else norm_output<ConsumerSync>(p, sm, h, 0, 0, row0, L, static_cast<int>(chunk & 1), consumer_tid());
+      if constexpr (!kChunk) mbar_arrive(empty_bar(smem, i));  // this thread's reads of the gate rows are done
       ConsumerSync::sync();  // OB is the next chunk's
     }
     if constexpr (kChunk) {

@@ -45,6 +45,7 @@ struct Run {
   std::vector<Copy> copies;
 };
 Run* g_run = nullptr;
+int g_slow_first = 1, g_slow_last = 0;
 
 // Fiber stacks, kept from one cluster to the next and never zeroed: a page is
 // touched only where a fiber's frames reach.
@@ -339,6 +340,11 @@ void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
   g_run->copies.push_back({dst, src, bytes, &mbar(bar)});
 }
 
+void set_slow_warps(int first, int last) {
+  g_slow_first = first;
+  g_slow_last = last;
+}
+
 void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, unsigned z, int cluster, int threads,
                  size_t smem_bytes, unsigned char poison) {
   // An SM's shared memory is at most 228 KiB; the bound also tells the
@@ -386,7 +392,10 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
     land_copies(run, [&] { return shuffle() % 2 == 0; });
     const long long events = run.events;
     std::shuffle(order.begin(), order.end(), shuffle);
-    for (size_t w = 0; w < warps; ++w) held[w] = shuffle() % 4 == 0;
+    for (size_t w = 0; w < warps; ++w) {
+      const int in_cta = static_cast<int>(w % ((static_cast<size_t>(threads) + 31) / 32));
+      held[w] = in_cta >= g_slow_first && in_cta <= g_slow_last ? shuffle() % 8 != 0 : shuffle() % 4 == 0;
+    }
     for (size_t i : order) {
       Fiber& f = run.fibers[i];
       if (f.done) continue;

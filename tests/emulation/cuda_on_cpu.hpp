@@ -88,6 +88,11 @@ void yield();
 // The grid's dimensions of the launch being emulated.
 extern Dim3 grid_dim;
 
+// Warps first..last of every CTA (none: first > last, the default) are held
+// back in 7 of 8 scheduler rounds instead of 1 in 4: they run far behind the
+// others, as a slow role of a warp-specialized kernel would.
+void set_slow_warps(int first, int last);
+
 // Runs `entry` for the CTAs of one cluster (`cluster` CTAs at blocks
 // (x, y0 .. y0 + cluster - 1, z), ranks 0..cluster-1) with `threads` threads
 // and `smem_bytes` of dynamic shared memory each, filled with `poison` first.

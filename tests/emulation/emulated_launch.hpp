@@ -22,6 +22,10 @@
 
 namespace kdajit::emu {
 
+// Warps first..last of every CTA run far behind the others from the next
+// launch on (cuda_on_cpu.hpp); (1, 0): none.
+void set_slow_warps(int first, int last);
+
 // Route twopass's workspace in host memory: twopass_workspace_bytes() for the
 // call's sizes, 256-byte aligned, every byte 0xFF (NaN floats, units that
 // hold no chunk) until a call writes it; reused, it holds the last call's units.

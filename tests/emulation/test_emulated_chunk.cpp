@@ -87,6 +87,16 @@ TEST_CASE("emulated chunk kernel: chunks of 16 (routes rowcta16 and pipe16), row
   }
 }
 
+TEST_CASE("emulated chunk kernel: route pipe16, long sequences through one CTA (the ring full)", "[emulation][chunk]") {
+  // As the prefill op's case: the consumer's warps held back most rounds, the
+  // producers a ring ahead; the chunk op hands a slot back right after step 5.
+  ChunkSpec s = ragged(9740);
+  s.lengths = {150, 3, 240};
+  emu::set_slow_warps(8, 15);
+  check_key("kda_chunk.h2.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90", s, 1);
+  emu::set_slow_warps(1, 0);
+}
+
 TEST_CASE("emulated chunk kernel: no L2 norm, beta as given, rowcta and twopass", "[emulation][chunk]") {
   // q and k as given (scale and 1 for every token): norm_scales' no-norm
   // branch, in the fused kernel and in the intra-chunk kernel.

@@ -188,6 +188,19 @@ TEST_CASE("emulated prefill kernel: chunks of 16 (routes rowcta16 and pipe16), b
   }
 }
 
+TEST_CASE("emulated prefill kernel: route pipe16, long sequences through one CTA (the ring full)",
+          "[emulation][prefill]") {
+  // Twenty-five chunks of 16 walk one CTA per head with the consumer's
+  // warps (8-15) held back most rounds, so the producers fill the ring and
+  // wait on its empty barriers: a slot handed back before the consumer's
+  // last read of it (the norm's gate rows) shows in the outputs.
+  const Call c{{150, 3, 240}, {4, 5, 6}, {1, 0, 1}};
+  emu::set_slow_warps(8, 15);
+  check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90", KDAJIT_DTYPE_F32, KDAJIT_CONV_SD,
+            KDAJIT_GATE_BOUNDED, 9840, c, 1);
+  emu::set_slow_warps(1, 0);
+}
+
 TEST_CASE("emulated prefill kernel: route twopass, both programs, one workspace over two calls", "[emulation][prefill]") {
   // The default call (a new prompt of two chunks, an empty and a short one),
   // then longer sequences over CTAs that walk several units and sequences,
