@@ -115,21 +115,8 @@ void yield() { swapcontext(&g_run->cur->ctx, &g_run->scheduler); }
 
 unsigned char* dynamic_smem() { return current()->cta->smem.data(); }
 
-int barrier_and(int pred) {
-  Cta& c = *current()->cta;
-  ++g_run->events;
-  const long long gen = c.bar_gen;
-  c.bar_and &= pred ? 1 : 0;
-  if (++c.bar_count == static_cast<int>(g_run->fibers.size() / g_run->ctas.size())) {
-    c.bar_result = c.bar_and;
-    c.bar_and = 1;
-    c.bar_count = 0;
-    ++c.bar_gen;
-  } else {
-    while (c.bar_gen == gen) yield();
-  }
-  return c.bar_result;
-}
+// __syncthreads / __syncthreads_and: barrier 0 of every thread of the CTA.
+int barrier_and(int pred) { return named_barrier(0, static_cast<int>(g_run->fibers.size() / g_run->ctas.size()), pred); }
 
 int named_barrier(int id, int count, int pred) {
   Cta& c = *current()->cta;

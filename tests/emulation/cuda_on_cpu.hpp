@@ -73,9 +73,7 @@ struct Cta {
   Dim3 block;
   int rank = 0;
   std::vector<unsigned char> smem;
-  long long bar_gen = 0;
-  int bar_count = 0, bar_and = 1, bar_result = 1;
-  NamedBarrier named[16];
+  NamedBarrier named[16];  // 0: __syncthreads
   Warp warps[16];
   WarpGroup groups[4];
 };

@@ -41,31 +41,28 @@ struct DeviceTraits {
   int sm_count = 0;
 };
 
-// The chunk size of a chunked op's keys on `route` (their t field; the route
-// table's column).
-constexpr int route_chunk(Route route) {
+// The route table's chunked-op columns of `route`'s row: the chunk size of
+// its keys (their t field) and whether it runs only where a caller forces it.
+struct RouteChunkColumns {
+  int chunk = kPrefillChunk;
+  bool forced = false;
+};
+constexpr RouteChunkColumns route_chunk_columns(Route route) {
   switch (route) {
 #define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
               eligible, eligibility, grid, stages, pre_grid, post_grid, chunk, forced)                                 \
-  case Route::name: return chunk;
+  case Route::name: return {chunk, forced};
 #include "kdajit/routes.def"
 #undef ROUTE
   }
-  return kPrefillChunk;
+  return {};
 }
+// The chunk size of a chunked op's keys on `route` (their t field).
+constexpr int route_chunk(Route route) { return route_chunk_columns(route).chunk; }
 // A route that runs only where a caller forces it (options.route), being
 // measured: the selector never picks it, and no preset or configuration lists
 // its keys (docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)").
-constexpr bool forced_only(Route route) {
-  switch (route) {
-#define ROUTE(name, technique, single_template, packed_template, prefill_template, cluster, ctas_per_sm, threads,     \
-              eligible, eligibility, grid, stages, pre_grid, post_grid, chunk, forced)                                 \
-  case Route::name: return forced;
-#include "kdajit/routes.def"
-#undef ROUTE
-  }
-  return false;
-}
+constexpr bool forced_only(Route route) { return route_chunk_columns(route).forced; }
 
 // The key `call` runs with on `arch` with `route`.
 inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {
