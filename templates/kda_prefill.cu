@@ -183,6 +183,7 @@ struct Smem {
   using Sync = CtaSync;
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
+  static constexpr bool kPrefetched = false;  // route pipe16's producers: the next chunk's inputs staged during this one
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
   static constexpr bool kLateOperands = false;  // step 2 by every thread before step 3
@@ -418,6 +419,42 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(copy ? 16 : 0)
                : "memory");
 }
+// The first index of a thread in the loops that issue a chunk's copies:
+// route pipe16's producers read the thread index afresh (fresh_tid), so that
+// the copies' addresses are formed where the copies are issued, once a
+// chunk, instead of being hoisted out of the chunk loop (they spilled).
+template <class S>
+__device__ __forceinline__ int stage_tid() {
+  if constexpr (S::kPrefetched) return fresh_tid();
+  else return threadIdx.x;
+}
+// Route pipe16's producers stage the next chunk's inputs while they compute
+// this one: its copies are a cp.async group of their own, committed after the
+// group of this chunk's, and this chunk waits for every group but the newest.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_but_newest() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+// Route pipe16: token t's raw β by one 4-byte cp.async into word t of a
+// stage (the aligned word that holds a bf16 β, which lies in the tensor when
+// its pointer is 4-byte aligned, beta_stageable), read back by staged_beta.
+__device__ __forceinline__ bool beta_stageable(const KdaParams& p) {
+  return (reinterpret_cast<unsigned long long>(p.raw_beta) & 3) == 0;
+}
+__device__ __forceinline__ void stage_beta(const KdaParams& p, unsigned* words, int h, long long row0, int L,
+                                           bool b_f32) {
+  if (static_cast<int>(threadIdx.x) < L) {
+    const long long at = (row0 + threadIdx.x) * p.beta_row_stride + h;
+    const void* src = b_f32 ? static_cast<const void*>(reinterpret_cast<const float*>(p.raw_beta) + at)
+                            : static_cast<const void*>(p.raw_beta + (at & ~1ll));
+    unsigned* dst = words + threadIdx.x;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+  }
+}
+__device__ __forceinline__ float staged_beta(const KdaParams& p, const unsigned* words, int h, long long row0, int t,
+                                             bool b_f32) {
+  const unsigned w = words[t];
+  if (b_f32) return __uint_as_float(w);
+  return ((row0 + t) * p.beta_row_stride + h) & 1 ? bf16hi_to_f32(w) : bf16lo_to_f32(w);
+}
 // Issues the 16-byte copies of q, k and this CTA's v slice of chunk rows
 // row0 .. row0 + L - 1 into the buffers the conv fills (rows past L zero);
 // the caller waits for them (cp_async_wait_all) before the barrier that
@@ -425,7 +462,7 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* dst, const void* src, 
 template <class S>
 __device__ __forceinline__ void copy_chunk_rows(const KdaParams& p, const S& sm, int h, int v0, long long row0, int L) {
   enum : int { kQK = kD / 8, kRow = 2 * kQK + kVRows / 8 };  // 16-byte pieces of a row
-  for (int i = threadIdx.x; i < kC * kRow; i += kThreads) {
+  for (int i = stage_tid<S>(); i < kC * kRow; i += kThreads) {
     const int t = i / kRow, r = i % kRow;
     const long long row = row0 + (t < L ? t : 0);
     const unsigned short* src;
@@ -594,23 +631,21 @@ __device__ __forceinline__ bool inputs_stageable(const KdaParams& p) {
          (p.x_row_stride & 7) == 0 && (p.gate_row_stride & 7) == 0 && p.x_row_stride < (1 << 24);
 }
 template <class S>
-__device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
-                                                  int L, bool initial, long long cbase, const GateConstants& gate) {
-  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces, kConvThreads = kChans / 2 };
-  static_assert(kC == 16 || (S::kStagedInputs && kVRows == kD && kThreads - kConvThreads == kC && 2 * kC == kD),
-                "a channel pair a conv thread; a column pair and a token a gate thread (route twopass: chunks of 64)");
+__device__ __forceinline__ void stage_conv_inputs(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
+                                                  int L, bool initial, long long cbase) {
+  enum : int { kPieces = kD / 8, kRowPieces = 3 * kPieces };
   const long long row0 = q0 + c0;
   const int stride = static_cast<int>(p.x_row_stride);
   unsigned short* gstage = sm.stage();
   unsigned short* hist = sm.stage() + kStageHistOff / 2;  // bf16 [3][kChans]: rows -3 .. -1 of the chunk
   // x rows: piece i of row t is 8 channels of q, k or v.
-  for (int i = threadIdx.x; i < kC * kRowPieces; i += kThreads) {
+  for (int i = stage_tid<S>(); i < kC * kRowPieces; i += kThreads) {
     const int t = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
     unsigned short* dst = (j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv()) + qk_at(t, c);
     const unsigned short* src = p.x + (row0 + (t < L ? t : 0)) * stride + j * grid_hidden() + h * kD + c;
     cp_async_16_or_zero(dst, src, t < L);
   }
-  for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
+  for (int i = stage_tid<S>(); i < kC * kPieces; i += kThreads) {
     const int t = i / kPieces, c = 8 * (i % kPieces);
     cp_async_16_or_zero(gstage + t * kD + c,
                         static_cast<const unsigned short*>(p.raw_gate) +
@@ -618,18 +653,30 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
                         t < L);
   }
   if (c0 > 0) {
-    for (int i = threadIdx.x; i < 3 * kRowPieces; i += kThreads) {
+    for (int i = stage_tid<S>(); i < 3 * kRowPieces; i += kThreads) {
       const int r = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
       cp_async_16_or_zero(hist + r * kChans + j * kD + c,
                           p.x + (row0 - 3 + r) * stride + j * grid_hidden() + h * kD + c, true);
     }
   } else {
-    for (int i = threadIdx.x; i < 3 * kChans; i += kThreads) {
+    for (int i = stage_tid<S>(); i < 3 * kChans; i += kThreads) {
       const int r = i / kChans, c = i % kChans;
       const int col = c / kD * grid_hidden() + h * kD + c % kD;
       hist[r * kChans + c] = initial ? p.conv_state[cbase + conv_offset(p, col, r)] : static_cast<unsigned short>(0);
     }
   }
+  if constexpr (S::kPrefetched) {
+    if (beta_stageable(p)) stage_beta(p, sm.beta_words(), h, row0, L, false);
+  }
+}
+template <class S>
+__device__ __forceinline__ void conv_gates_from_stage(const KdaParams& p, const S& sm, int h, long long row0, int L,
+                                                      const GateConstants& gate) {
+  enum : int { kConvThreads = kChans / 2 };
+  static_assert(kC == 16 || (S::kStagedInputs && kVRows == kD && kThreads - kConvThreads == kC && 2 * kC == kD),
+                "a channel pair a conv thread; a column pair and a token a gate thread (route twopass: chunks of 64)");
+  unsigned short* gstage = sm.stage();
+  const unsigned short* hist = sm.stage() + kStageHistOff / 2;
   // While the copies land: thread c < kConvThreads loads the conv weights of
   // channels 2c, 2c + 1; thread kConvThreads + u the dt_bias of columns 2u,
   // 2u + 1 and the raw β of token u.
@@ -646,9 +693,16 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
       dtb[0] = p.dt_bias[h * kD + 2 * u];
       dtb[1] = p.dt_bias[h * kD + 2 * u + 1];
     }
-    if (u < L) beta = load_bf16_or_f32(p.raw_beta, (row0 + u) * p.beta_row_stride + h, false);
+    if (u < L) {
+      if constexpr (S::kPrefetched) {
+        beta = beta_stageable(p) ? 0.f : load_bf16_or_f32(p.raw_beta, (row0 + u) * p.beta_row_stride + h, false);
+      } else {
+        beta = load_bf16_or_f32(p.raw_beta, (row0 + u) * p.beta_row_stride + h, false);
+      }
+    }
   }
-  cp_async_wait_all();
+  if constexpr (S::kPrefetched) cp_async_wait_but_newest();  // the next chunk's copies are the newest group
+  else cp_async_wait_all();
   S::Sync::sync();
   if (threadIdx.x < kConvThreads) {
     // Channels 2c, 2c + 1 over the whole chunk in place, each row read before
@@ -705,8 +759,18 @@ __device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& s
       *reinterpret_cast<float2*>(G + g_at(t, 2 * u)) =
           t < kC / 2 ? make_float2(acc[0], acc[1]) : make_float2(acc[0] + base[0], acc[1] + base[1]);
     }
+    if constexpr (S::kPrefetched) {
+      // Staged by thread u (stage_beta), visible here after the barrier.
+      if (u < L && beta_stageable(p)) beta = staged_beta(p, sm.beta_words(), h, row0, u, false);
+    }
     sm.beta()[u] = u < L ? sigmoid(beta) : 0.f;
   }
+}
+template <class S>
+__device__ __forceinline__ void conv_gates_staged(const KdaParams& p, const S& sm, int h, long long q0, long long c0,
+                                                  int L, bool initial, long long cbase, const GateConstants& gate) {
+  stage_conv_inputs(p, sm, h, q0, c0, L, initial, cbase);
+  conv_gates_from_stage(p, sm, h, q0 + c0, L, gate);
 }
 
 // Step 1 of the chunk op with its inputs staged (route twopass's intra-chunk
@@ -725,13 +789,12 @@ __device__ __forceinline__ bool chunk_inputs_stageable(const KdaParams& p) {
          (p.gate_row_stride & (g_f32 ? 3 : 7)) == 0;
 }
 template <class S>
-__device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& sm, int h, long long row0, int L,
-                                                  const GateConstants& gate) {
+__device__ __forceinline__ void stage_chunk_inputs(const KdaParams& p, const S& sm, int h, long long row0, int L) {
   static_assert(S::kStagedInputs && kVRows == kD, "the whole head's v rows");
   copy_chunk_rows(p, sm, h, 0, row0, L);
   const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
   const int per_row = g_f32 ? kD / 4 : kD / 8;  // 16-byte pieces of a gate row
-  for (int i = threadIdx.x; i < kC * per_row; i += kThreads) {
+  for (int i = stage_tid<S>(); i < kC * per_row; i += kThreads) {
     const int t = i / per_row, c = i % per_row * (g_f32 ? 4 : 8);
     const long long at = (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + c;
     if (g_f32) {
@@ -741,13 +804,33 @@ __device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& s
       cp_async_16_or_zero(sm.stage() + t * kD + c, p.raw_gate + at, t < L);
     }
   }
+  if constexpr (S::kPrefetched) {
+    if (beta_stageable(p)) stage_beta(p, sm.beta_words(), h, row0, L, p.chunk_flags & KDA_CHUNK_BETA_F32);
+  }
+}
+template <class S>
+__device__ __forceinline__ void load_gates_from_stage(const KdaParams& p, const S& sm, int h, long long row0, int L,
+                                                      const GateConstants& gate) {
+  const bool b_f32 = p.chunk_flags & KDA_CHUNK_BETA_F32;
   float raw_b = 0.f;
-  if (threadIdx.x < kC && static_cast<int>(threadIdx.x) < L)
-    raw_b = load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h,
-                             p.chunk_flags & KDA_CHUNK_BETA_F32);
-  cp_async_wait_all();
+  const bool own = threadIdx.x < kC && static_cast<int>(threadIdx.x) < L;
+  if constexpr (S::kPrefetched) {
+    if (own && !beta_stageable(p)) raw_b = load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h, b_f32);
+    cp_async_wait_but_newest();  // the next chunk's copies are the newest group
+    // Thread t staged token t's β itself (stage_beta).
+    if (own && beta_stageable(p)) raw_b = staged_beta(p, sm.beta_words(), h, row0, threadIdx.x, b_f32);
+  } else {
+    if (own) raw_b = load_bf16_or_f32(p.raw_beta, (row0 + threadIdx.x) * p.beta_row_stride + h, b_f32);
+    cp_async_wait_all();
+  }
   S::Sync::sync();
   gates_chunk<true>(p, sm, h, row0, L, gate, raw_b);
+}
+template <class S>
+__device__ __forceinline__ void load_gates_staged(const KdaParams& p, const S& sm, int h, long long row0, int L,
+                                                  const GateConstants& gate) {
+  stage_chunk_inputs(p, sm, h, row0, L);
+  load_gates_from_stage(p, sm, h, row0, L, gate);
 }
 
 // Step 2: Qg, KdT and Γ_C on threads kFirst .. kThreads - 1 (the fused
@@ -1707,7 +1790,13 @@ __device__ __forceinline__ void intra_chunk(const KdaParams& p, const S& sm, int
                                             const GateConstants& gate) {
   const long long row0 = q0 + c0;
   bool staged = false;
-  if constexpr (S::kStagedInputs && kVRows == kD) {  // route twopass (P = 1 here)
+  if constexpr (S::kPrefetched) {  // route pipe16: the producers staged the chunk's inputs already, if they could
+    staged = sm.staged;
+    if (staged) {
+      if constexpr (kChunk) load_gates_from_stage(p, sm, h, row0, L, gate);
+      else conv_gates_from_stage(p, sm, h, row0, L, gate);
+    }
+  } else if constexpr (S::kStagedInputs && kVRows == kD) {  // route twopass (P = 1 here)
     if constexpr (kChunk) {
       staged = chunk_inputs_stageable(p);
       if (staged) load_gates_staged(p, sm, h, row0, L, gate);  // contains a barrier after step 1's stores
@@ -1823,6 +1912,7 @@ struct IntraSmem {
   // Step 1 copies the chunk's raw gates and the three x rows before it here,
   // over M and T (conv_gates_staged).
   static constexpr bool kStagedInputs = true;
+  static constexpr bool kPrefetched = false;
   using Sync = CtaSync;
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;

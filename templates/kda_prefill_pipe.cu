@@ -55,7 +55,19 @@ enum : int {
   kPOffSum = kPOffWarpSum + kSWarps * kC * 4,           // f32 [2][kC]: each token's Σ ob², by chunk parity
   kPOffNormW = kPOffSum + 2 * kC * 4,                   // f32 [kD]: norm_weight
   kPOffBars = (kPOffNormW + kD * 4 + 7) / 8 * 8,        // u64 [2][kSlots]: full, then empty
-  kPipeSmemBytes = kPOffBars + 2 * kSlots * 8,
+  // The producers' two input sets (chunk i stages into set i & 1): the conv's
+  // buffers m of q, k, v (x's rows land there; the chunk op's q, k, v), the
+  // stage (raw gates, then for the prefill op the three x rows before the
+  // chunk; the chunk op's gates may be f32) and the raw β words.
+  kInMq = 0,
+  kInMk = kInMq + kC * kD * 2,
+  kInMv = kInMk + kC * kD * 2,
+  kInStage = kInMv + kC * kD * 2,
+  kInStageBytes = kChunk ? kC * kD * 4 : kStageHistOff + 3 * kChans * 2,
+  kInBeta = kInStage + kInStageBytes,
+  kInBytes = (kInBeta + kC * 4 + 127) / 128 * 128,
+  kPOffIn = (kPOffBars + 2 * kSlots * 8 + 127) / 128 * 128,
+  kPipeSmemBytes = kPOffIn + 2 * kInBytes,
 };
 static_assert(kC == 16 && kSplit == 1 && kVRows == kD, "route pipe16: chunks of 16, all 128 value rows on the CTA");
 static_assert(kSlotBytes % 128 == 0 && kPOffOb % 16 == 0, "slots and OB 16-byte aligned");
@@ -71,19 +83,30 @@ __device__ __forceinline__ unsigned long long* empty_bar(unsigned char* smem, in
   return reinterpret_cast<unsigned long long*>(smem + kPOffBars) + kSlots + s;
 }
 
-// The producers' view: IntraSmem's buffers and its stores into a slot, with
-// step 1 as the fused routes run it (conv_chunk or load_chunk, then
-// gates_chunk) and one block a warp task in step 3. T's rows are 16 floats
-// (IntraSmem's swizzle is for 64): rows r with r & 2 swap their halves, so
-// that apply_inverse's float2 reads of rows g = 0..3 (a half-warp) fall in
-// distinct banks.
+// The producers' view: IntraSmem's buffers and its stores into a slot, the
+// chunk's inputs in one of the two input sets (staged there during the
+// previous chunk when `staged`, else loaded by step 1 as the fused routes
+// load them: conv_chunk or load_chunk, then gates_chunk), one block a warp
+// task in step 3. T's rows are 16 floats (IntraSmem's swizzle is for 64):
+// rows r with r & 2 swap their halves, so that apply_inverse's float2 reads
+// of rows g = 0..3 (a half-warp) fall in distinct banks.
 struct PipeProducer : IntraSmem {
+  unsigned in_off;  // the chunk's input set, bytes into the shared memory
+  bool staged;      // whether the set holds the chunk's inputs (the pointers and strides allow the copies)
+  __device__ unsigned char* in() const { return base + in_off; }
   using Sync = ProducerSync;
-  static constexpr bool kStagedInputs = false;
+  static constexpr bool kStagedInputs = true;
+  static constexpr bool kPrefetched = true;
   static constexpr bool kRowTasks = false;
   static constexpr bool kLateOperands = false;
+  __device__ unsigned short* mq() const { return reinterpret_cast<unsigned short*>(in() + kInMq); }
+  __device__ unsigned short* mk() const { return reinterpret_cast<unsigned short*>(in() + kInMk); }
+  __device__ unsigned short* mv() const { return reinterpret_cast<unsigned short*>(in() + kInMv); }
+  __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(in() + kInStage); }
+  __device__ unsigned* beta_words() const { return reinterpret_cast<unsigned*>(in() + kInBeta); }
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 2) << 2)); }
 };
+__device__ __forceinline__ unsigned input_set(unsigned chunk) { return kPOffIn + (chunk & 1) * kInBytes; }
 
 // The consumer's view of a chunk: its slot (what step 5 reads, in the unit's
 // layout: U^T rows of kC) and the consumer's own buffers.
@@ -116,7 +139,7 @@ __device__ __forceinline__ void copy_gate_rows(const KdaParams& p, unsigned char
   if (((reinterpret_cast<unsigned long long>(p.output_gate) & 15) | (p.ogate_row_stride & 7)) == 0) {
     enum : int { kPieces = kD / 8 };
     static_assert(kC * kPieces == kThreads, "one 16-byte piece a producer thread");
-    const int t = threadIdx.x / kPieces, c = 8 * (threadIdx.x % kPieces);
+    const int tid = fresh_tid(), t = tid / kPieces, c = 8 * (tid % kPieces);
     cp_async_16_or_zero(dst + t * kD + c, src + (t < L ? t : 0) * p.ogate_row_stride + c, t < L);
     return;
   }
@@ -139,37 +162,85 @@ __device__ __forceinline__ PipeSequence pipe_sequence(const KdaParams& p, int n)
   return s;
 }
 
+// The CTA's chunk after (n, c0) in the producers' walk: the next chunk of
+// sequence n, else the first of the next live sequence with tokens. False
+// when there is none.
+__device__ __forceinline__ bool next_chunk(const KdaParams& p, int& n, PipeSequence& s, long long& c0) {
+  c0 += kC;
+  while (!s.live || c0 >= s.q1 - s.q0) {
+    n += gridDim.y;
+    if (n >= p.num_seqs) return false;
+    s = pipe_sequence(p, n);
+    c0 = 0;
+  }
+  return true;
+}
+
+// Chunk (s, c0)'s inputs into `set` by cp.async (the caller commits the group).
+__device__ __forceinline__ void stage_inputs(const KdaParams& p, unsigned char* smem, unsigned set, int h,
+                                             const PipeSequence& s, long long c0) {
+  const PipeProducer sm{{smem, nullptr}, set, true};
+  const int L = static_cast<int>(s.q1 - s.q0 - c0 < kC ? s.q1 - s.q0 - c0 : kC);
+  if constexpr (kChunk) stage_chunk_inputs(p, sm, h, s.q0 + c0, L);
+  else stage_conv_inputs(p, sm, h, s.q0, c0, L, s.initial, static_cast<long long>(s.slot) * p.conv_slot_stride);
+}
+
 // Warps 0-7: steps 1-4 of every chunk of the CTA's sequences into the ring,
-// the zero rows, and (prefill op) the conv windows.
+// the zero rows, and (prefill op) the conv windows. While chunk i computes,
+// the next chunk's inputs are in flight into the other input set (a
+// cp.async group committed after chunk i's own and its gate rows').
 __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* smem, int h) {
   const GateConstants gate = gate_constants(p, h);
-  unsigned chunk = 0;  // the CTA's chunks so far
+  // What no chunk computes: the rows before the first and after the last
+  // sequence, the rows of sequences that are not live, the out-of-range slot
+  // count, the conv windows of live sequences without tokens.
   for (int n = blockIdx.y; n < p.num_seqs; n += gridDim.y) {
     const PipeSequence s = pipe_sequence(p, n);
     if (n == 0) zero_output(p, h, 0, s.q0, 0);
     if (n == p.num_seqs - 1) zero_output(p, h, s.q1, p.rows, 0);
     if (!kChunk && s.slot >= p.num_slots && h == 0 && threadIdx.x == 0 && p.oob_counter != nullptr)
       atomicAdd(p.oob_counter, 1);
-    if (!s.live) {
-      zero_output(p, h, s.q0, s.q1, 0);
-      continue;
-    }
-    const long long len = s.q1 - s.q0, cbase = static_cast<long long>(s.slot) * p.conv_slot_stride;
-    for (long long c0 = 0; c0 < len; c0 += kC, ++chunk) {
-      const int i = static_cast<int>(chunk % kSlots);
-      const unsigned parity = (chunk / kSlots) & 1;
-      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-      mbar_wait(empty_bar(smem, i), parity ^ 1);
-      const PipeProducer sm{{smem, ring_slot(smem, i)}};
-      if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, s.q0 + c0, L);
-      intra_chunk(p, sm, h, 0, s.q0, c0, L, s.initial, cbase, gate);
-      if constexpr (!kChunk) cp_async_wait_all();
-      fence_proxy_async();  // step 5 reads the slot through the async proxy (wgmma)
-      mbar_arrive(full_bar(smem, i));
-    }
-    // Every read of the conv window (the first chunk) is this role's, before its barriers.
-    if constexpr (!kChunk) conv_state_out(p, h, 0, 0, s.q0, len, s.initial, cbase);
+    if (!s.live) zero_output(p, h, s.q0, s.q1, 0);
+    else if (!kChunk && s.q1 == s.q0)
+      conv_state_out(p, h, 0, 0, s.q0, 0, s.initial, static_cast<long long>(s.slot) * p.conv_slot_stride);
   }
+  if (static_cast<int>(blockIdx.y) >= p.num_seqs) return;
+  const bool stageable = kChunk ? chunk_inputs_stageable(p) : inputs_stageable(p);
+  int n = blockIdx.y;
+  PipeSequence s = pipe_sequence(p, n);
+  long long c0 = -kC;
+  bool have = next_chunk(p, n, s, c0);
+  if (have && stageable) stage_inputs(p, smem, input_set(0), h, s, c0);
+  cp_async_commit();
+  for (unsigned chunk = 0; have; ++chunk) {  // chunk: the CTA's chunks so far
+    const int i = static_cast<int>(chunk % kSlots);
+    const unsigned parity = (chunk / kSlots) & 1;
+    const long long len = s.q1 - s.q0, cbase = static_cast<long long>(s.slot) * p.conv_slot_stride;
+    const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    mbar_wait(empty_bar(smem, i), parity ^ 1);
+    if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, s.q0 + c0, L);
+    cp_async_commit();
+    // The next chunk's set was chunk - 1's: every producer passed the barrier
+    // at the end of its steps. (The walk's next position is found again
+    // after this chunk: kept across the steps, it spilled.)
+    if (stageable) {
+      int n1 = n;
+      PipeSequence s1 = s;
+      long long c1 = c0;
+      if (next_chunk(p, n1, s1, c1)) stage_inputs(p, smem, input_set(chunk + 1), h, s1, c1);
+    }
+    cp_async_commit();
+    const PipeProducer sm{{smem, ring_slot(smem, i)}, input_set(chunk), stageable};
+    intra_chunk(p, sm, h, 0, s.q0, c0, L, s.initial, cbase, gate);
+    cp_async_wait_but_newest();  // the gate rows (the staged steps waited already)
+    fence_proxy_async();  // step 5 reads the slot through the async proxy (wgmma)
+    mbar_arrive(full_bar(smem, i));
+    // Every read of the conv window (the sequence's first chunk, staged or
+    // not) is behind this role's barriers.
+    if (!kChunk && c0 + kC >= len) conv_state_out(p, h, 0, 0, s.q0, len, s.initial, cbase);
+    have = next_chunk(p, n, s, c0);
+  }
+  cp_async_wait_all();
 }
 
 // Warps 8-15 (tid = threadIdx.x - 256): the state pass and the output of
@@ -221,11 +292,13 @@ __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* 
 }
 
 // The registers of a thread of each role: 128 each at launch (512 threads,
-// the whole register file), then the producers give 8 to the consumer, whose
-// 64 state values per thread leave its step 5 and output no room at 128
-// (ptxas spilled 60-116 bytes there), where the architecture allows it
-// (setmaxnreg: sm_90a, sm_100a).
-enum : int { kProducerRegs = 120, kConsumerRegs = 136 };
+// the whole register file), then the producers give some to the consumer,
+// whose 64 state values per thread leave its step 5 and output no room at
+// 128 (ptxas spilled 60-116 bytes there), where the architecture allows it
+// (setmaxnreg: sm_90a, sm_100a). The prefill op's producers (the conv) keep
+// 120; the chunk op's consumer, which also walks the dense final states,
+// spilled 36 bytes at 136 and none at 144 (ptxas, sm_90a and sm_100a).
+enum : int { kProducerRegs = kChunk ? 112 : 120, kConsumerRegs = kChunk ? 144 : 136 };
 static_assert(kProducerRegs + kConsumerRegs == 2 * 65536 / (2 * kThreads), "the roles share the register file");
 template <bool kInc, int kRegs>
 __device__ __forceinline__ void set_max_registers() {

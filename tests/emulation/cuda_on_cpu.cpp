@@ -65,6 +65,7 @@ std::vector<std::unique_ptr<char[]>>& stack_pool(size_t n) {
 void fiber_main(unsigned hi, unsigned lo) {
   Fiber* f = reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo);
   (*g_run->entry)();
+  if (!f->async_open.empty() || !f->async_groups.empty()) fatal("a thread exited with a cp.async copy in flight");
   f->done = true;
   ++g_run->events;
   swapcontext(&f->ctx, &g_run->scheduler);
@@ -294,6 +295,19 @@ void land_copies(Run& run, Pick pick) {
   }
   run.copies = std::move(left);
 }
+// Lands each of a thread's cp.async copies in flight with probability 1/2.
+void land_async(Fiber& f, std::mt19937_64& rng) {
+  const auto land = [&](std::vector<AsyncCopy>& v) {
+    std::vector<AsyncCopy> left;
+    for (const AsyncCopy& c : v) {
+      if (rng() % 2 == 0) std::memcpy(c.dst, c.bytes, c.n);
+      else left.push_back(c);
+    }
+    v = std::move(left);
+  };
+  land(f.async_open);
+  for (auto& g : f.async_groups) land(g);
+}
 }  // namespace
 
 void mbar_init(void* bar, unsigned arrivals) {
@@ -325,6 +339,33 @@ void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
   if (d < me.smem.data() || d + bytes > me.smem.data() + me.smem.size())
     fatal("a bulk copy outside this CTA's shared memory");
   g_run->copies.push_back({dst, src, bytes, &mbar(bar)});
+}
+
+void cp_async(void* dst, const void* src, unsigned bytes) {
+  Cta& me = *current()->cta;
+  const auto* d = static_cast<unsigned char*>(dst);
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
+      reinterpret_cast<uintptr_t>(src) % bytes != 0)
+    fatal("a cp.async whose size is not 4, 8 or 16, or whose addresses are not aligned to it");
+  if (d < me.smem.data() || d + bytes > me.smem.data() + me.smem.size())
+    fatal("a cp.async outside this CTA's shared memory");
+  AsyncCopy c{dst, {}, bytes};
+  if (src != nullptr) std::memcpy(c.bytes, src, bytes);
+  current()->async_open.push_back(c);
+}
+
+void cp_async_commit() {
+  Fiber& f = *current();
+  f.async_groups.push_back(std::move(f.async_open));
+  f.async_open.clear();
+}
+
+void cp_async_wait(int n) {
+  Fiber& f = *current();
+  while (f.async_groups.size() > static_cast<size_t>(n)) {
+    for (const AsyncCopy& c : f.async_groups.front()) std::memcpy(c.dst, c.bytes, c.n);
+    f.async_groups.erase(f.async_groups.begin());
+  }
 }
 
 void set_slow_warps(int first, int last) {
@@ -377,6 +418,7 @@ void run_cluster(const std::function<void()>& entry, unsigned x, unsigned y0, un
     running = false;
     bool any_held = false;
     land_copies(run, [&] { return shuffle() % 2 == 0; });
+    for (Fiber& f : run.fibers) land_async(f, shuffle);
     const long long events = run.events;
     std::shuffle(order.begin(), order.end(), shuffle);
     for (size_t w = 0; w < warps; ++w) {

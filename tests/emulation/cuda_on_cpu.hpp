@@ -40,6 +40,14 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
+// A thread's cp.async copy in flight: its bytes as read at the issue (the
+// source is an input, which no thread writes), landing in shared memory later.
+struct AsyncCopy {
+  void* dst;
+  unsigned char bytes[16];
+  unsigned n;
+};
+
 struct Cta;
 struct Fiber {
   ucontext_t ctx{};
@@ -47,6 +55,10 @@ struct Fiber {
   Cta* cta = nullptr;
   bool done = false;
   long long cluster_phase = 0;  // cluster barriers this fiber has arrived at
+  // The thread's cp.async copies in flight: those not yet committed, then
+  // its committed groups, oldest first.
+  std::vector<AsyncCopy> async_open;
+  std::vector<std::vector<AsyncCopy>> async_groups;
 };
 
 struct Warp {
@@ -127,6 +139,16 @@ void mbar_init(void* bar, unsigned arrivals);
 void mbar_arrive_expect_tx(void* bar, unsigned bytes);
 void mbar_wait(void* bar, unsigned parity);
 void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar);
+// cp.async of `bytes` (4, 8 or 16) from src (nullptr: zeros) to this CTA's
+// shared memory: each copy lands at the start of a later scheduler round, at
+// random, or at the wait that covers it, so that a read before that wait can
+// see the buffer's old bytes. cp_async_commit closes the thread's open group;
+// cp_async_wait(n) lands every copy of its committed groups but the newest
+// n (cp.async.wait_all: commit, then n = 0). A thread that exits with a copy
+// in flight ends the process.
+void cp_async(void* dst, const void* src, unsigned bytes);
+void cp_async_commit();
+void cp_async_wait(int n);
 unsigned char* dynamic_smem();
 // A PTX statement the rewrite does not know, reached: ends the process with its text.
 [[noreturn]] void unsupported(const char* ptx);

@@ -31,12 +31,14 @@ REWRITES = [
     ("mapa.shared::cluster", "remote = 0;"),
     ("st.shared::cluster.f32", "*static_cast<float*>(::kdajit::emu::cluster_peer(local, rank)) = v;"),
     ("%%tid.x", "t = threadIdx.x;"),
-    # cp.async (route twopass's unit copies): done at once; the template waits before any read.
-    # ... and the intra-chunk kernel's staged inputs (zeros when not `copy`).
-    ("cp.async.cg.shared.global [%0], [%1], 16, %2",
-     "if (copy) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16);"),
-    ("cp.async.cg.shared.global", "std::memcpy(dst, src, 16);"),
-    ("cp.async.wait_all", ""),
+    # cp.async (staged inputs, zeros when not `copy`; route pipe16's β words and gate rows):
+    # each thread's copies land later, at random or at its wait (cuda_on_cpu).
+    ("cp.async.cg.shared.global [%0], [%1], 16, %2", "::kdajit::emu::cp_async(dst, copy ? src : nullptr, 16);"),
+    ("cp.async.cg.shared.global", "::kdajit::emu::cp_async(dst, src, 16);"),
+    ("cp.async.ca.shared.global [%0], [%1], 4;", "::kdajit::emu::cp_async(dst, src, 4);"),
+    ("cp.async.commit_group", "::kdajit::emu::cp_async_commit();"),
+    ("cp.async.wait_group 1", "::kdajit::emu::cp_async_wait(1);"),
+    ("cp.async.wait_all", "::kdajit::emu::cp_async_commit(); ::kdajit::emu::cp_async_wait(0);"),
     # An L2 prefetch (route twopass's next unit): a hint, nothing to do.
     ("cp.async.bulk.prefetch.L2", "(void)lo; (void)hi;"),
     # Route twopass's unit copies by the bulk copy engine, on an mbarrier.
