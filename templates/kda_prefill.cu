@@ -184,6 +184,7 @@ struct Smem {
   // Steps 1-4's results stay in shared memory for step 5 (IntraSmem: into the unit).
   static constexpr bool kStagedInputs = false;  // step 1 loads its inputs as it goes (conv_chunk)
   static constexpr bool kPrefetched = false;  // route pipe16's producers: the next chunk's inputs staged during this one
+  static constexpr bool kSplitBlock = false;  // route pipe16's producers: step 3's one block over every warp
   static constexpr bool kSolvedInRegion1 = true;  // W and U^T overwrite region 1 (apply_inverse's barrier)
   static constexpr bool kRowTasks = false;  // step 3 a block a warp task (factored_blocks): the state tiles are live
   static constexpr bool kLateOperands = false;  // step 2 by every thread before step 3
@@ -935,7 +936,10 @@ __device__ __forceinline__ bool factored_blocks_safe(const S& sm) {
 // the warp's blocks of the row. The caller picks R so that no factor
 // overflows. Above the diagonal A is zero (the A Δ product reads whole 8 x 8
 // tiles); M there is never read.
-template <int kBlocks, class S>
+// kPartial (route pipe16's one block at C = 16, factored_block_split): the
+// warp takes k steps 2w and 2w + 1 only and leaves its raw sums in
+// sm.partials() (no scales, no tf32 rounding).
+template <int kBlocks, bool kPartial = false, class S>
 __device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const float* G = sm.G();
@@ -956,8 +960,10 @@ __device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref
   const unsigned short* K1 = mk + t1 * kD;
   auto pair_bf16 = [](const unsigned short* m, int c) { return *reinterpret_cast<const unsigned*>(m + c); };
   auto pair_f32 = [](const float* row, int c) { return *reinterpret_cast<const float2*>(row + c); };
+  enum : int { kSteps = kPartial ? kD / 8 / kWarps : kD / 8 };
+  const int kk0 = kPartial ? (threadIdx.x >> 5) * kSteps : 0;
 #pragma unroll 4
-  for (int kk = 0; kk < kD / 8; ++kk) {
+  for (int kk = kk0; kk < kk0 + kSteps; ++kk) {
     const int k = 8 * kk + 2 * q, kb = k ^ xb, kg0 = k ^ xg, kg1 = kg0 ^ 16;
     const float2 r = *reinterpret_cast<const float2*>(G + g_at(ref, k));
     const float2 g0 = pair_f32(G0, kg0), g1 = pair_f32(G1, kg1);
@@ -979,6 +985,18 @@ __device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref
       mma_tf32(ca[nt], qa0, qa1, qa2, qa3, kb0, kb1);
       mma_tf32(cm[nt], ka0, ka1, ka2, ka3, kb0, kb1);
     }
+  }
+  if constexpr (kPartial) {
+    float* part = sm.partials() + (threadIdx.x >> 5) * 2 * kC * kC;  // [warp][A, M][t][s]
+#pragma unroll
+    for (int nt = 0; nt < 2 * kBlocks; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = e < 2 ? t0 : t1, s = kSub * j0 + 8 * nt + 2 * q + (e & 1);
+        part[t * kC + s] = ca[nt][e];
+        part[kC * kC + t * kC + s] = cm[nt][e];
+      }
+    return;
   }
   const float rq0 = sm.rq()[t0], rq1 = sm.rq()[t1], rk0 = sm.rk()[t0], rk1 = sm.rk()[t1];
   const float be0 = sm.beta()[t0], be1 = sm.beta()[t1];
@@ -1006,9 +1024,38 @@ __device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref
 // blocks' worth of factors (a row's t-side once, then two blocks' s-sides)
 // where ten one-block tasks over eight warps gave two warps four (warps 6
 // and 7 have none); the six below the diagonal stay one a warp.
+// Route pipe16's one block (C = 16): its 16 k steps over the 8 warps, two
+// each (factored_row<1, true>), then each of the block's 256 elements of A
+// and of M summed over the warps in warp order by a thread, and scaled as
+// factored_row scales them.
+template <class S>
+__device__ __forceinline__ void factored_block_split(const S& sm) {
+  static_assert(!S::kSplitBlock || (kSubs == 1 && kThreads == kC * kC && kD / 8 % kWarps == 0),
+                "a thread per element of the 16 x 16 block");
+  factored_row<1, true>(sm, 0, 0, 7);
+  S::Sync::sync();
+  const int t = fresh_tid() / kC, s = fresh_tid() % kC;
+  const float* part = sm.partials() + t * kC + s;
+  float a = 0.f, m = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    a += part[w * 2 * kC * kC];
+    m += part[w * 2 * kC * kC + kC * kC];
+  }
+  const float rks = sm.rk()[s];
+  sm.put_a(t, s, s <= t ? tf32_round(a * sm.rq()[t] * rks) : 0.f);
+  sm.M()[t * kC + s] = sm.beta()[t] * m * sm.rk()[t] * rks;
+}
+
 template <class S>
 __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;
+  if constexpr (S::kSplitBlock) {
+    if (!below_only) {
+      factored_block_split(sm);
+      return;
+    }
+  }
   if constexpr (S::kRowTasks) {
     static_assert(kC == 16 || (kSubs == 4 && kWarps >= 6), "the row tasks are for four sub-chunks and six warps (route twopass: chunks of 64)");
     if (!below_only) {
@@ -1913,6 +1960,7 @@ struct IntraSmem {
   // over M and T (conv_gates_staged).
   static constexpr bool kStagedInputs = true;
   static constexpr bool kPrefetched = false;
+  static constexpr bool kSplitBlock = false;
   using Sync = CtaSync;
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(base + kIOffM); }
   static constexpr bool kSolvedInRegion1 = false;

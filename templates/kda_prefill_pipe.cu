@@ -67,7 +67,8 @@ enum : int {
   kInBeta = kInStage + kInStageBytes,
   kInBytes = (kInBeta + kC * 4 + 127) / 128 * 128,
   kPOffIn = (kPOffBars + 2 * kSlots * 8 + 127) / 128 * 128,
-  kPipeSmemBytes = kPOffIn + 2 * kInBytes,
+  kPOffPart = kPOffIn + 2 * kInBytes,                  // f32 [kWarps][2][kC][kC]: step 3's partial sums
+  kPipeSmemBytes = kPOffPart + kWarps * 2 * kC * kC * 4,
 };
 static_assert(kC == 16 && kSplit == 1 && kVRows == kD, "route pipe16: chunks of 16, all 128 value rows on the CTA");
 static_assert(kSlotBytes % 128 == 0 && kPOffOb % 16 == 0, "slots and OB 16-byte aligned");
@@ -97,6 +98,7 @@ struct PipeProducer : IntraSmem {
   using Sync = ProducerSync;
   static constexpr bool kStagedInputs = true;
   static constexpr bool kPrefetched = true;
+  static constexpr bool kSplitBlock = true;
   static constexpr bool kRowTasks = false;
   static constexpr bool kLateOperands = false;
   __device__ unsigned short* mq() const { return reinterpret_cast<unsigned short*>(in() + kInMq); }
@@ -104,6 +106,7 @@ struct PipeProducer : IntraSmem {
   __device__ unsigned short* mv() const { return reinterpret_cast<unsigned short*>(in() + kInMv); }
   __device__ unsigned short* stage() const { return reinterpret_cast<unsigned short*>(in() + kInStage); }
   __device__ unsigned* beta_words() const { return reinterpret_cast<unsigned*>(in() + kInBeta); }
+  __device__ float* partials() const { return reinterpret_cast<float*>(base + kPOffPart); }
   __device__ int t_at(int r, int c) const { return r * kC + (c ^ ((r & 2) << 2)); }
 };
 __device__ __forceinline__ unsigned input_set(unsigned chunk) { return kPOffIn + (chunk & 1) * kInBytes; }
