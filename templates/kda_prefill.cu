@@ -1013,17 +1013,6 @@ __device__ __forceinline__ void factored_row(const S& sm, int i, int j0, int ref
     }
 }
 
-// The blocks (i, j <= i) of A and M through the middle of sub-chunk i (row
-// 16 i + 7), or (`below_only`, for a strong decay) the blocks strictly below
-// the diagonal through the last row before sub-chunk i (both factors <= 1
-// there). In the fused kernels (the state tiles live in registers) one block
-// a warp task, warp w taking blocks w, w + 8, ... in the order (0,0) (1,0)
-// (1,1) (2,0) ... In the intra-chunk kernel (S::kRowTasks) the ten blocks are
-// six warp tasks of a row's consecutive blocks, (3; 0, 1), (3; 2, 3),
-// (2; 0, 1), (1; 0, 1), (2; 2), (0; 0), so that no warp makes more than three
-// blocks' worth of factors (a row's t-side once, then two blocks' s-sides)
-// where ten one-block tasks over eight warps gave two warps four (warps 6
-// and 7 have none); the six below the diagonal stay one a warp.
 // Route pipe16's one block (C = 16): its 16 k steps over the 8 warps, two
 // each (factored_row<1, true>), then each of the block's 256 elements of A
 // and of M summed over the warps in warp order by a thread, and scaled as
@@ -1047,6 +1036,19 @@ __device__ __forceinline__ void factored_block_split(const S& sm) {
   sm.M()[t * kC + s] = sm.beta()[t] * m * sm.rk()[t] * rks;
 }
 
+
+// The blocks (i, j <= i) of A and M through the middle of sub-chunk i (row
+// 16 i + 7), or (`below_only`, for a strong decay) the blocks strictly below
+// the diagonal through the last row before sub-chunk i (both factors <= 1
+// there). In the fused kernels (the state tiles live in registers) one block
+// a warp task, warp w taking blocks w, w + 8, ... in the order (0,0) (1,0)
+// (1,1) (2,0) ... In the intra-chunk kernel (S::kRowTasks) the ten blocks are
+// six warp tasks of a row's consecutive blocks, (3; 0, 1), (3; 2, 3),
+// (2; 0, 1), (1; 0, 1), (2; 2), (0; 0), so that no warp makes more than three
+// blocks' worth of factors (a row's t-side once, then two blocks' s-sides)
+// where ten one-block tasks over eight warps gave two warps four (warps 6
+// and 7 have none); the six below the diagonal stay one a warp. Route
+// pipe16's one block (S::kSplitBlock): factored_block_split.
 template <class S>
 __device__ __forceinline__ void factored_blocks(const S& sm, bool below_only) {
   const int warp = threadIdx.x >> 5;

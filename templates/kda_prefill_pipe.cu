@@ -87,8 +87,8 @@ __device__ __forceinline__ unsigned long long* empty_bar(unsigned char* smem, in
 // The producers' view: IntraSmem's buffers and its stores into a slot, the
 // chunk's inputs in one of the two input sets (staged there during the
 // previous chunk when `staged`, else loaded by step 1 as the fused routes
-// load them: conv_chunk or load_chunk, then gates_chunk), one block a warp
-// task in step 3. T's rows are 16 floats (IntraSmem's swizzle is for 64):
+// load them: conv_chunk or load_chunk, then gates_chunk), step 3's one block
+// over every warp (factored_block_split). T's rows are 16 floats (IntraSmem's swizzle is for 64):
 // rows r with r & 2 swap their halves, so that apply_inverse's float2 reads
 // of rows g = 0..3 (a half-warp) fall in distinct banks.
 struct PipeProducer : IntraSmem {
@@ -134,8 +134,8 @@ struct PipeSlot {
 // The prefill op's output gate rows row0 .. row0 + L - 1 of head h into a
 // slot (rows past L are not read): by 16-byte cp.async copies, a piece a
 // producer thread, when the tensor's pointer and row stride allow, else
-// element by element. The caller waits (cp_async_wait_all) before the slot's
-// full arrival.
+// element by element. The caller waits (cp_async_wait_but_newest: all but
+// the next chunk's staging) before the slot's full arrival.
 __device__ __forceinline__ void copy_gate_rows(const KdaParams& p, unsigned char* slot, int h, long long row0, int L) {
   unsigned short* dst = reinterpret_cast<unsigned short*>(slot + kSlotGate);
   const kda_bf16_bits* src = p.output_gate + row0 * p.ogate_row_stride + h * kD;
