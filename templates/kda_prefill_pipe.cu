@@ -298,14 +298,15 @@ __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* 
 // the whole register file), then the producers give some to the consumer,
 // whose 64 state values per thread leave its step 5 and output no room at
 // 128 (ptxas spilled 60-116 bytes there), where the architecture allows it
-// (setmaxnreg: sm_90a, sm_100a). The prefill op's producers (the conv) keep
-// 120; the chunk op's consumer, which also walks the dense final states,
-// spilled 36 bytes at 136 and none at 144 (ptxas, sm_90a and sm_100a).
+// (setmaxnreg: sm_90a, sm_100a, sm_103a). The prefill op's producers (the
+// conv) keep 120; the chunk op's consumer, which also walks the dense final
+// states, spilled 36 bytes at 136 and none at 144 (ptxas, sm_90a and
+// sm_100a; at sm_103a without setmaxnreg, 144 bytes).
 enum : int { kProducerRegs = kChunk ? 112 : 120, kConsumerRegs = kChunk ? 144 : 136 };
 static_assert(kProducerRegs + kConsumerRegs == 2 * 65536 / (2 * kThreads), "the roles share the register file");
 template <bool kInc, int kRegs>
 __device__ __forceinline__ void set_max_registers() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL)
   if constexpr (kInc) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
   else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #endif
