@@ -295,12 +295,13 @@ void land_copies(Run& run, Pick pick) {
   }
   run.copies = std::move(left);
 }
-// Lands each of a thread's cp.async copies in flight with probability 1/2.
+// Lands each of a thread's cp.async copies in flight that may land early
+// with probability 1/2.
 void land_async(Fiber& f, std::mt19937_64& rng) {
   const auto land = [&](std::vector<AsyncCopy>& v) {
     std::vector<AsyncCopy> left;
     for (const AsyncCopy& c : v) {
-      if (rng() % 2 == 0) std::memcpy(c.dst, c.bytes, c.n);
+      if (!c.at_wait && rng() % 2 == 0) std::memcpy(c.dst, c.bytes, c.n);
       else left.push_back(c);
     }
     v = std::move(left);
@@ -349,7 +350,8 @@ void cp_async(void* dst, const void* src, unsigned bytes) {
     fatal("a cp.async whose size is not 4, 8 or 16, or whose addresses are not aligned to it");
   if (d < me.smem.data() || d + bytes > me.smem.data() + me.smem.size())
     fatal("a cp.async outside this CTA's shared memory");
-  AsyncCopy c{dst, {}, bytes};
+  static std::mt19937_64 late(0x6370617379ull);  // which copies land only at their wait
+  AsyncCopy c{dst, {}, bytes, late() % 2 == 0};
   if (src != nullptr) std::memcpy(c.bytes, src, bytes);
   current()->async_open.push_back(c);
 }

@@ -46,6 +46,7 @@ struct AsyncCopy {
   void* dst;
   unsigned char bytes[16];
   unsigned n;
+  bool at_wait;  // lands only at the wait that covers it (else at a random round before it, or there)
 };
 
 struct Cta;
@@ -140,9 +141,11 @@ void mbar_arrive_expect_tx(void* bar, unsigned bytes);
 void mbar_wait(void* bar, unsigned parity);
 void bulk_copy(void* dst, const void* src, unsigned bytes, void* bar);
 // cp.async of `bytes` (4, 8 or 16) from src (nullptr: zeros) to this CTA's
-// shared memory: each copy lands at the start of a later scheduler round, at
-// random, or at the wait that covers it, so that a read before that wait can
-// see the buffer's old bytes. cp_async_commit closes the thread's open group;
+// shared memory: half the copies (at random) land at the start of a later
+// scheduler round, at random, so that a copy that overwrites what a thread
+// still reads shows; the other half only at the wait that covers it, so that
+// a read before that wait sees the buffer's old bytes however long ago the
+// copy was issued. cp_async_commit closes the thread's open group;
 // cp_async_wait(n) lands every copy of its committed groups but the newest
 // n (cp.async.wait_all: commit, then n = 0). A thread that exits with a copy
 // in flight ends the process.
