@@ -215,9 +215,11 @@ struct Smem {
 // for physical columns 2q and 2q + 1 of each group of 8: an accumulator tile
 // (c0..c3) is then an A fragment as it is (a0 = c0, a1 = c2, a2 = c1, a3 = c3),
 // and step 5's B operands store their contraction index in that order (cm_at).
+// Rounded to nearest even: one instruction (F2FP) on sm_90 and later, where
+// cvt.rna (ties away from zero) takes three.
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
   return u;
 }
 __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
@@ -526,7 +528,7 @@ __device__ __forceinline__ void load_chunk(const KdaParams& p, const S& sm, int 
   }
 }
 
-// Step 1: the q/k norm scales, per token (one warp per token): 1 / |q| /
+// Step 1: the q/k norm scales, per token: 1 / |q| /
 // sqrt(128) and 1 / |k| for the prefill op; for the chunk op p.scale / |q|
 // and 1 / |k| with the L2 norm, else p.scale and 1.
 template <class S>
@@ -540,16 +542,44 @@ __device__ __forceinline__ void norm_scales(const KdaParams& p, const S& sm) {
     return;
   }
   const float qscale = kChunk ? p.scale : 0.08838834764831845f;  // 1 / sqrt(128)
-  for (int t = warp; t < kC; t += kWarps) {
-    const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + qk_at(t, 4 * lane));
-    const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + qk_at(t, 4 * lane));
-    const float q0 = bf16lo_to_f32(qw.x), q1 = bf16hi_to_f32(qw.x), q2 = bf16lo_to_f32(qw.y), q3 = bf16hi_to_f32(qw.y);
-    const float k0 = bf16lo_to_f32(kw.x), k1 = bf16hi_to_f32(kw.x), k2 = bf16lo_to_f32(kw.y), k3 = bf16hi_to_f32(kw.y);
-    const float sq = warp_sum(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
-    const float sk = warp_sum(k0 * k0 + k1 * k1 + k2 * k2 + k3 * k3);
-    if (lane == 0) {
-      sm.rq()[t] = rsqrtf(sq + 1e-6f) * qscale;
-      sm.rk()[t] = rsqrtf(sk + 1e-6f);
+  if constexpr (S::kStagedInputs) {
+    // The intra-chunk kernel and pipe16's producers (no state in registers):
+    // two tokens a warp at a time, a half-warp each, 8 columns a lane (one
+    // 16-byte load of q and of k), Σ q² and Σ k² summed over the half-warp
+    // together (butterfly_sum: lanes 0-7 of the half end with Σ q², 8-15
+    // with Σ k²). In the fused kernels, beside the state's registers, the
+    // wider loads spilled (the chunk op's twopass and split4, 24-60 bytes).
+    const int half = lane >> 4, c = 8 * (lane & 15);
+    for (int t = 2 * warp + half; t < kC; t += 2 * kWarps) {
+      const U4 qw = *reinterpret_cast<const U4*>(sm.mq() + qk_at(t, c));
+      const U4 kw = *reinterpret_cast<const U4*>(sm.mk() + qk_at(t, c));
+      const unsigned qs[4] = {qw.x, qw.y, qw.z, qw.w}, ks[4] = {kw.x, kw.y, kw.z, kw.w};
+      float v[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float q0 = bf16lo_to_f32(qs[i]), q1 = bf16hi_to_f32(qs[i]);
+        const float k0 = bf16lo_to_f32(ks[i]), k1 = bf16hi_to_f32(ks[i]);
+        v[0] = fmaf(q1, q1, fmaf(q0, q0, v[0]));
+        v[1] = fmaf(k1, k1, fmaf(k0, k0, v[1]));
+      }
+      butterfly_sum<2, 8>(v, lane);
+      if ((lane & 7) == 0) {
+        if (lane & 8) sm.rk()[t] = rsqrtf(v[0] + 1e-6f);
+        else sm.rq()[t] = rsqrtf(v[0] + 1e-6f) * qscale;
+      }
+    }
+  } else {
+    for (int t = warp; t < kC; t += kWarps) {
+      const U2 qw = *reinterpret_cast<const U2*>(sm.mq() + qk_at(t, 4 * lane));
+      const U2 kw = *reinterpret_cast<const U2*>(sm.mk() + qk_at(t, 4 * lane));
+      const float q0 = bf16lo_to_f32(qw.x), q1 = bf16hi_to_f32(qw.x), q2 = bf16lo_to_f32(qw.y), q3 = bf16hi_to_f32(qw.y);
+      const float k0 = bf16lo_to_f32(kw.x), k1 = bf16hi_to_f32(kw.x), k2 = bf16lo_to_f32(kw.y), k3 = bf16hi_to_f32(kw.y);
+      const float sq = warp_sum(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3);
+      const float sk = warp_sum(k0 * k0 + k1 * k1 + k2 * k2 + k3 * k3);
+      if (lane == 0) {
+        sm.rq()[t] = rsqrtf(sq + 1e-6f) * qscale;
+        sm.rk()[t] = rsqrtf(sk + 1e-6f);
+      }
     }
   }
 }
@@ -639,18 +669,16 @@ __device__ __forceinline__ void stage_conv_inputs(const KdaParams& p, const S& s
   const int stride = static_cast<int>(p.x_row_stride);
   unsigned short* gstage = sm.stage();
   unsigned short* hist = sm.stage() + kStageHistOff / 2;  // bf16 [3][kChans]: rows -3 .. -1 of the chunk
-  // x rows: piece i of row t is 8 channels of q, k or v.
-  for (int i = stage_tid<S>(); i < kC * kRowPieces; i += kThreads) {
-    const int t = i / kRowPieces, j = i % kRowPieces / kPieces, c = 8 * (i % kPieces);
-    unsigned short* dst = (j == 0 ? sm.mq() : j == 1 ? sm.mk() : sm.mv()) + qk_at(t, c);
-    const unsigned short* src = p.x + (row0 + (t < L ? t : 0)) * stride + j * grid_hidden() + h * kD + c;
-    cp_async_16_or_zero(dst, src, t < L);
-  }
+  // By rows: item i is channels c .. c + 7 of row t of q, k, v and the raw
+  // gate (four copies from two row addresses formed once).
   for (int i = stage_tid<S>(); i < kC * kPieces; i += kThreads) {
-    const int t = i / kPieces, c = 8 * (i % kPieces);
-    cp_async_16_or_zero(gstage + t * kD + c,
-                        static_cast<const unsigned short*>(p.raw_gate) +
-                            (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + c,
+    const int t = i / kPieces, c = 8 * (i % kPieces), at = qk_at(t, c);
+    const long long row = row0 + (t < L ? t : 0);
+    const unsigned short* src = p.x + row * stride + h * kD + c;
+    cp_async_16_or_zero(sm.mq() + at, src, t < L);
+    cp_async_16_or_zero(sm.mk() + at, src + grid_hidden(), t < L);
+    cp_async_16_or_zero(sm.mv() + at, src + 2 * grid_hidden(), t < L);
+    cp_async_16_or_zero(gstage + t * kD + c, static_cast<const unsigned short*>(p.raw_gate) + row * p.gate_row_stride + h * kD + c,
                         t < L);
   }
   if (c0 > 0) {
@@ -792,17 +820,24 @@ __device__ __forceinline__ bool chunk_inputs_stageable(const KdaParams& p) {
 template <class S>
 __device__ __forceinline__ void stage_chunk_inputs(const KdaParams& p, const S& sm, int h, long long row0, int L) {
   static_assert(S::kStagedInputs && kVRows == kD, "the whole head's v rows");
-  copy_chunk_rows(p, sm, h, 0, row0, L);
+  enum : int { kPieces = kD / 8 };
   const bool g_f32 = p.chunk_flags & KDA_CHUNK_G_F32;
-  const int per_row = g_f32 ? kD / 4 : kD / 8;  // 16-byte pieces of a gate row
-  for (int i = stage_tid<S>(); i < kC * per_row; i += kThreads) {
-    const int t = i / per_row, c = i % per_row * (g_f32 ? 4 : 8);
-    const long long at = (row0 + (t < L ? t : 0)) * p.gate_row_stride + h * kD + c;
+  // By rows: item i is columns c .. c + 7 of row t of q, k, v and the raw
+  // gate (one 16-byte piece of each, two of an f32 gate).
+  for (int i = stage_tid<S>(); i < kC * kPieces; i += kThreads) {
+    const int t = i / kPieces, c = 8 * (i % kPieces), at = qk_at(t, c);
+    const long long row = row0 + (t < L ? t : 0);
+    cp_async_16_or_zero(sm.mq() + at, p.q + row * p.q_row_stride + h * kD + c, t < L);
+    cp_async_16_or_zero(sm.mk() + at, p.k + row * p.k_row_stride + h * kD + c, t < L);
+    cp_async_16_or_zero(sm.mv() + at, p.v + row * p.v_row_stride + h * kD + c, t < L);
+    const long long g = row * p.gate_row_stride + h * kD + c;
     if (g_f32) {
-      cp_async_16_or_zero(reinterpret_cast<float*>(sm.stage()) + t * kD + c, reinterpret_cast<const float*>(p.raw_gate) + at,
-                          t < L);
+      float* dst = reinterpret_cast<float*>(sm.stage()) + t * kD + c;
+      const float* src = reinterpret_cast<const float*>(p.raw_gate) + g;
+      cp_async_16_or_zero(dst, src, t < L);
+      cp_async_16_or_zero(dst + 4, src + 4, t < L);
     } else {
-      cp_async_16_or_zero(sm.stage() + t * kD + c, p.raw_gate + at, t < L);
+      cp_async_16_or_zero(sm.stage() + t * kD + c, p.raw_gate + g, t < L);
     }
   }
   if constexpr (S::kPrefetched) {

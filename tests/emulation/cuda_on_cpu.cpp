@@ -220,9 +220,9 @@ void wgmma_tf32(float* d, int n, unsigned a0, unsigned a1, unsigned a2, unsigned
   }
 }
 
-unsigned tf32_rna(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
+unsigned tf32_rn(float x) {  // cvt.rn.tf32.f32: nearest, ties to even
   unsigned u = __float_as_uint(x);
-  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0xfffu + ((u >> 13) & 1u);
   return u & 0xffffe000u;
 }
 

@@ -125,7 +125,7 @@ void mma_m16n8k8_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsi
 void wgmma_tf32(float* d, int n, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long desc);
 // A shared-memory window address: the byte's offset in this CTA's dynamic shared memory.
 unsigned long long shared_window(const void* p);
-unsigned tf32_rna(float x);
+unsigned tf32_rn(float x);
 unsigned short bf16_rn(float x);
 int cluster_rank();
 void cluster_arrive();

@@ -13,7 +13,7 @@ import sys
 
 # PTX text of the statement -> its C++ (the names are the template's own).
 REWRITES = [
-    ("cvt.rna.tf32.f32", "u = ::kdajit::emu::tf32_rna(x);"),
+    ("cvt.rn.tf32.f32", "u = ::kdajit::emu::tf32_rn(x);"),
     ("mma.sync.aligned.m16n8k8", "::kdajit::emu::mma_m16n8k8_tf32(c, a0, a1, a2, a3, b0, b1);"),
     ("cvt.rn.bf16x2.f32", "r = static_cast<unsigned>(::kdajit::emu::bf16_rn(lo)) | "
                           "(static_cast<unsigned>(::kdajit::emu::bf16_rn(hi)) << 16);"),
