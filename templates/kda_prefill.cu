@@ -1817,7 +1817,7 @@ __device__ __forceinline__ void norm_output(const KdaParams& p, const S& sm, int
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = tid + (jb + j) * kThreads, t = i / kVRows, vv = i % kVRows;
-      if constexpr (S::kGateRows) ogb[j] = sm.gate_rows()[t * kD + v0 + vv];  // route pipe16: copied by the producers
+      if constexpr (S::kGateRows) ogb[j] = sm.gate_rows()[t * kD + v0 + vv];  // route pipe16: copied by the consumer
       else ogb[j] = p.output_gate[(row0 + (t < L ? t : 0)) * p.ogate_row_stride + h * kD + v0 + vv];
     }
 #pragma unroll

@@ -15,11 +15,10 @@
 // phase of the previous round (parity ^ 1, which a fresh barrier passes),
 // writes its part with ordinary stores, orders them before the async proxy
 // (wgmma reads the slot through it) and arrives on full. A consumer thread
-// waits on full, runs step 5 from the slot, and arrives on empty once its
-// last read of the slot is done: after the warpgroup's wgmma have completed
-// (chunk op), after the norm's reads of the gate rows (prefill op). The roles' own barriers are named
-// barriers of 256 threads (ProducerSync, ConsumerSync); after the prologue no
-// barrier spans the CTA.
+// waits on full, runs step 5 from the slot, and arrives on empty once the
+// warpgroup's wgmma have completed (its last read of the slot's unit). The
+// roles' own barriers are named barriers of 256 threads (ProducerSync,
+// ConsumerSync); after the prologue no barrier spans the CTA.
 //
 // The producers also write the output rows no live sequence computes (zeros)
 // and, for the prefill op, the conv windows after each sequence's last chunk;
@@ -43,8 +42,8 @@ using ConsumerSync = NamedSync<2>;
 // Dynamic shared memory: the producers' buffers (IntraSmem's layout), the
 // ring, and the consumer's OB, sums, norm weight, then the mbarriers. A slot
 // is a unit (what step 5 reads) and, for the prefill op, the chunk's output
-// gate rows (bf16 [kC][kD]), which the producers copy in with the chunk so
-// that step 6 waits on nothing global.
+// gate rows (bf16 [kC][kD]), which the consumer copies in itself before it
+// waits for the unit, so that step 6 waits on nothing global.
 enum : int {
   kSlots = 3,
   kSlotGate = kUnitBytes,
@@ -132,21 +131,24 @@ struct PipeSlot {
 };
 
 // The prefill op's output gate rows row0 .. row0 + L - 1 of head h into a
-// slot (rows past L are not read): by 16-byte cp.async copies, a piece a
-// producer thread, when the tensor's pointer and row stride allow, else
-// element by element. The caller waits (cp_async_wait_but_newest: all but
-// the next chunk's staging) before the slot's full arrival.
-__device__ __forceinline__ void copy_gate_rows(const KdaParams& p, unsigned char* slot, int h, long long row0, int L) {
+// slot (rows past L are not read), by the consumer thread `tid` (0 .. 255):
+// by 16-byte cp.async copies, a piece a thread, when the tensor's pointer and
+// row stride allow, else element by element. The caller waits for them
+// (cp_async_wait_all) before the barrier ahead of the norm; the slot's
+// previous gate rows were last read before the barrier that ended the
+// consumer's previous chunk.
+__device__ __forceinline__ void copy_gate_rows(const KdaParams& p, unsigned char* slot, int h, long long row0, int L,
+                                               int tid) {
   unsigned short* dst = reinterpret_cast<unsigned short*>(slot + kSlotGate);
   const kda_bf16_bits* src = p.output_gate + row0 * p.ogate_row_stride + h * kD;
   if (((reinterpret_cast<unsigned long long>(p.output_gate) & 15) | (p.ogate_row_stride & 7)) == 0) {
     enum : int { kPieces = kD / 8 };
-    static_assert(kC * kPieces == kThreads, "one 16-byte piece a producer thread");
-    const int tid = fresh_tid(), t = tid / kPieces, c = 8 * (tid % kPieces);
+    static_assert(kC * kPieces == kThreads, "one 16-byte piece a consumer thread");
+    const int t = tid / kPieces, c = 8 * (tid % kPieces);
     cp_async_16_or_zero(dst + t * kD + c, src + (t < L ? t : 0) * p.ogate_row_stride + c, t < L);
     return;
   }
-  for (int i = threadIdx.x; i < L * kD; i += kThreads) dst[i] = src[i / kD * p.ogate_row_stride + i % kD];
+  for (int i = tid; i < L * kD; i += kThreads) dst[i] = src[i / kD * p.ogate_row_stride + i % kD];
 }
 
 // Sequence n's rows, slot, whether it computes them, and whether it starts
@@ -191,7 +193,7 @@ __device__ __forceinline__ void stage_inputs(const KdaParams& p, unsigned char* 
 // Warps 0-7: steps 1-4 of every chunk of the CTA's sequences into the ring,
 // the zero rows, and (prefill op) the conv windows. While chunk i computes,
 // the next chunk's inputs are in flight into the other input set (a
-// cp.async group committed after chunk i's own and its gate rows').
+// cp.async group committed after chunk i's own).
 __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* smem, int h) {
   const GateConstants gate = gate_constants(p, h);
   // What no chunk computes: the rows before the first and after the last
@@ -221,8 +223,6 @@ __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* 
     const long long len = s.q1 - s.q0, cbase = static_cast<long long>(s.slot) * p.conv_slot_stride;
     const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
     mbar_wait(empty_bar(smem, i), parity ^ 1);
-    if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, s.q0 + c0, L);
-    cp_async_commit();
     // The next chunk's set was chunk - 1's: every producer passed the barrier
     // at the end of its steps. (The walk's next position is found again
     // after this chunk: kept across the steps, it spilled.)
@@ -235,7 +235,6 @@ __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* 
     cp_async_commit();
     const PipeProducer sm{{smem, ring_slot(smem, i)}, input_set(chunk), stageable};
     intra_chunk(p, sm, h, 0, s.q0, c0, L, s.initial, cbase, gate);
-    cp_async_wait_but_newest();  // the gate rows (the staged steps waited already)
     fence_proxy_async();  // step 5 reads the slot through the async proxy (wgmma)
     mbar_arrive(full_bar(smem, i));
     // Every read of the conv window (the sequence's first chunk, staged or
@@ -272,18 +271,16 @@ __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* 
     for (int c0 = 0; c0 < len; c0 += kC, ++chunk) {
       const int i = static_cast<int>(chunk % kSlots), L = len - c0 < kC ? len - c0 : kC;
       const long long row0 = static_cast<long long>(s.q0) + c0;
+      if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, row0, L, static_cast<int>(consumer_tid()));
       mbar_wait(full_bar(smem, i), (chunk / kSlots) & 1);
       const PipeSlot sm{smem, ring_slot(smem, i)};
       state_pass_own(sm, st, consumer_rows());
-      // The chunk op's slot has no reader left (the wgmma waited for); the
-      // prefill op's norm still reads the slot's gate rows, which the
-      // producers' next copy into this slot would overwrite.
-      if constexpr (kChunk) mbar_arrive(empty_bar(smem, i));
-      ConsumerSync::sync();  // OB and the warps' sums
+      mbar_arrive(empty_bar(smem, i));  // the unit has no reader left (the wgmma waited for)
+      if constexpr (!kChunk) cp_async_wait_all();  // this thread's gate rows
+      ConsumerSync::sync();  // OB, the warps' sums and the gate rows
       if constexpr (kChunk) plain_output(p, sm, h, 0, 0, kVRows, row0, L, consumer_tid());
       else norm_output<ConsumerSync>(p, sm, h, 0, 0, row0, L, static_cast<int>(chunk & 1), consumer_tid());
-      if constexpr (!kChunk) mbar_arrive(empty_bar(smem, i));  // this thread's reads of the gate rows are done
-      ConsumerSync::sync();  // OB is the next chunk's
+      ConsumerSync::sync();  // OB and the gate rows are the next chunk's
     }
     if constexpr (kChunk) {
       if (p.final_state != nullptr)
