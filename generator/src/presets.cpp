@@ -41,6 +41,7 @@ std::vector<KernelKey> keys_of_family(const KernelKey& family) {
     if (!r.serves(family.op) || forced_only(r.route)) continue;
     KernelKey k = family;
     k.route = r.route;
+    if (chunked(k.op)) k.tokens = route_chunk(r.route);
     if (validate(k).ok()) out.push_back(k);  // e.g. no prefill key where the arch lacks its shared memory
   }
   return out;

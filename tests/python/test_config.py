@@ -142,21 +142,22 @@ class Keys(unittest.TestCase):
         self.assertTrue(out)
         self.assertFalse(set(out) - mine, "CLI preset keys that keys_for does not give")
 
-    def test_chunk_keys_carry_conv_sd_and_t64(self):
+    def test_chunk_keys_carry_conv_sd_and_their_routes_chunk(self):
         if "chunk" not in _abi.enum("op"):
             with self.assertRaises(ValueError) as cm:
                 kdajit.keys_for(16, op="chunk", arch="sm_90")
             self.assertTrue(str(cm.exception).startswith("op: expected one of"), str(cm.exception))
             self.skipTest("the library has no chunk op (its tables do not spell 'chunk')")
-        chunk_key = re.compile(r"^kda_chunk\.h(\d+)\.state_(f32|bf16)\.conv_sd\.t64\.gate_(bounded|softplus)"
-                               r"\.route_[a-z0-9_]+\.sm_90$")
+        chunk_key = re.compile(r"^kda_chunk\.h(\d+)\.state_(f32|bf16)\.conv_sd\.(t64|t16)\.gate_(bounded|softplus)"
+                               r"\.route_([a-z0-9_]+)\.sm_90$")
         for heads, dtype, gate in ((16, "f32", "bounded"), (64, "bf16", "softplus")):
             keys = kdajit.keys_for(heads, op="chunk", state_dtype=dtype, gate=gate, arch="sm_90")
             self.assertTrue(keys)
             for key in keys:
                 m = chunk_key.match(key)
                 self.assertIsNotNone(m, key)
-                self.assertEqual(m.groups(), (str(heads), dtype, gate), key)
+                self.assertEqual(m.group(1, 2, 4), (str(heads), dtype, gate), key)
+                self.assertEqual(m.group(3), "t16" if m.group(5) == "pipe16" else "t64", key)
             self.assertIn(kdajit.key_for(heads, rows=4, op="chunk", state_dtype=dtype, gate=gate, arch="sm_90"),
                           keys)
 

@@ -654,11 +654,12 @@ class RouteForcing(unittest.TestCase):
             self.skipTest(f"kdajit library not loadable: {e}")
         keys, errors = tool.prewarm_keys(kdajit, [16, 32], ["f32", "bf16"])
         self.assertEqual(errors, [])
-        self.assertEqual(len(keys), 2 * 2 * 2 * 5)  # ops x H x state dtypes x routes
+        self.assertEqual(len(keys), 2 * 2 * 2 * 6)  # ops x H x state dtypes x routes
         self.assertEqual(len(set(keys)), len(keys))
         for op in ("prefill", "chunk"):
             for route in (r for r in tool.ROUTES if r not in tool.FORCED_ONLY):
-                self.assertTrue(any(k.startswith(f"kda_{op}.h32.state_bf16.conv_sd.t64.gate_bounded.route_{route}.")
+                t = 16 if route == "pipe16" else 64
+                self.assertTrue(any(k.startswith(f"kda_{op}.h32.state_bf16.conv_sd.t{t}.gate_bounded.route_{route}.")
                                     for k in keys), (op, route))
 
     def test_prewarm_keys_of_an_op_the_package_refuses(self):

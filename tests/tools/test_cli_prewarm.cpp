@@ -304,15 +304,16 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
 TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
   TempDir scratch;
   const std::string root = scratch / "cache";
-  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 5 prefill routes.
+  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 6 prefill routes (all but rowcta16).
   Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), kSm90);
   REQUIRE(keys.code == 0);
-  CHECK(count_lines(keys.out, "kda_prefill.") == 80);
+  CHECK(count_lines(keys.out, "kda_prefill.") == 96);
+  CHECK(keys.out.find("kda_prefill.h16.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_split8.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_stream") == std::string::npos);
 
-  // A pattern: prefill keys take t = 64 whatever t the other ops of the pattern name.
+  // A pattern: prefill keys take their route's chunk (64; pipe16 16) whatever t the other ops of the pattern name.
   Run p = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "packed,prefill", "--heads", "16", "--t",
                "4", "--state", "f32", "--conv", "sd", "--gate", "bounded"},
               scratch.path(), kSm90);
@@ -326,6 +327,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
     want.insert(fmt::format("kda_packed.h16.state_f32.conv_sd.t4.gate_bounded.route_{}.sm_90", route));
   for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass"})
     want.insert(fmt::format("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_{}.sm_90", route));
+  want.insert("kda_prefill.h16.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90");
   CHECK(names == want);
   // --t 64 names the prefill keys' t (a packed-only pattern cannot take it).
   Run t64 = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "prefill", "--heads", "16", "--t", "64",
@@ -342,7 +344,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   CHECK(bad_t.code == 2);
   CHECK(bad_t.err.find("field 't': op prefill takes only t=64 (the chunk size), got [4]") != std::string::npos);
 
-  // The chunk op's keys: conv sd only (a pattern that names no layout means it), t = 64, not in the presets.
+  // The chunk op's keys: conv sd only (a pattern that names no layout means it), t = 64 (pipe16 16), not in the presets.
   Run chunk = cli({"prewarm", "--cache-dir", root, "--dry-run", "--json", "--op", "chunk", "--heads", "16"},
                   scratch.path(), kSm90);
   INFO(chunk.out << chunk.err);
@@ -353,8 +355,9 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   std::set<std::string> chunk_want;
   for (std::string_view st : {"f32", "bf16"})
     for (std::string_view g : {"bounded", "softplus"})
-      for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass"})
-        chunk_want.insert(fmt::format("kda_chunk.h16.state_{}.conv_sd.t64.gate_{}.route_{}.sm_90", st, g, route));
+      for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass", "pipe16"})
+        chunk_want.insert(fmt::format("kda_chunk.h16.state_{}.conv_sd.t{}.gate_{}.route_{}.sm_90", st,
+                                      route == "pipe16" ? 16 : 64, g, route));
   CHECK(chunk_names == chunk_want);
   CHECK(count_lines(keys.out, "kda_chunk.") == 0);
   Run chunk_ds = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "chunk", "--heads", "16", "--conv", "ds"},
@@ -389,7 +392,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
     prefill_sm120 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
     single_sm120 += k.rfind("kda_single.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
   }
-  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 2);  // every route but the forced-only rowcta16 and pipe16
+  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 1);  // every route but the forced-only rowcta16
   CHECK(prefill_sm120 == 0);
   CHECK(single_sm120 == route_names(Op::single).size());
   Run only = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--arch", "sm_120a"},

@@ -10,38 +10,20 @@ namespace kdajit {
 
 namespace {
 
-// The chunked ops (docs/DESIGN.md, "Prefill: the chunked op"): split4 for long
-// prompts whose sequence-heads leave SMs idle with one CTA each (its CTAs fit
-// one per SM), rowcta otherwise. Measured on the H200 (ab/probe, 2026-12-04):
-// 1 x 16384 tokens at H = 16, split4 11.0 ms, rowcta 13.0, split2 14.6,
-// split8 24.3 (one state warp per CTA: its chunk pass is the critical path);
-// 8 x 2048, rowcta 1.64 ms, split2 3.67. split2 and split8 stay for forced
-// use. The longest sequence is the caller's hint (max_seq_len; T_total
-// without one): every route computes every length, the hint only picks the
-// faster one.
-//
-// twopass, for every call that brings its workspace and whose longest prompt
-// has 128 tokens or more: its intra-chunk kernel (two CTAs per SM) runs every
-// chunk at once and its state pass walks the chunks at a fraction of a fused
-// chunk's time, so it beats rowcta and split4 on full grids too. Measured on
-// an H100 at dfb6cde (every route forced; docs/PERFORMANCE.md, "The prefill
-// selector"), twopass against the best other route: 0.94-0.96 at 128 x 128
-// tokens, 0.79-0.83 at 16 x 1024, 0.77-0.80 at 8 x 2048, 0.75-0.76 at
-// 4 x 8192 (H = 32, 64), 0.85-0.90 at 64 prompts of 100-2000 tokens,
-// 0.17-0.83 at one or two prompts; at 256 x 64 it is 6-7% slower. A call
-// without a workspace never takes it.
+// The chunked ops (docs/DESIGN.md, "Prefill: the chunked op"): route
+// twopass for every call that brings its workspace and whose longest prompt
+// has 128 tokens or more (its intra-chunk kernel runs every chunk at once and
+// its state pass splits a long prompt's value rows over up to 8 CTAs), else
+// route pipe16 (one CTA per (sequence, head) over chunks of 16, needs no
+// workspace). MEASURED: see docs/PERFORMANCE.md, "The prefill selector".
+// The longest sequence is the caller's hint (max_seq_len; T_total without
+// one): every route computes every length, the hint only picks the faster one.
 constexpr int64_t kPrefillTwopassMinLength = 128;
-constexpr int64_t kPrefillSplitMinLength = 1024;
 
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
-  const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
-  const int64_t x = std::max<int64_t>(call.num_seqs, 1) * call.family.heads;
   if (longest >= kPrefillTwopassMinLength && route_spec(Route::twopass).eligible(call, device)) return Route::twopass;
-  const RouteSpec& split4 = route_spec(Route::split4);
-  if (longest >= kPrefillSplitMinLength && x * split4.cluster <= sms && split4.eligible(call, device))
-    return Route::split4;
-  return Route::rowcta;
+  return route_spec(Route::pipe16).eligible(call, device) ? Route::pipe16 : Route::rowcta;
 }
 
 }  // namespace
@@ -127,12 +109,11 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   call.family = family;
   const bool prefill = chunked(family.op);
   if (prefill) {
-    // The pick depends on N, H, the SMs, which of kPrefillTwopassMinLength
-    // and kPrefillSplitMinLength the longest prompt reaches and whether the
-    // call brings a workspace: one length per band and N, with and without
-    // one, covers it.
+    // The pick depends on whether the longest prompt reaches
+    // kPrefillTwopassMinLength and whether the call brings a workspace: one
+    // length per band and N, with and without one, covers it.
     for (size_t b = 1; b <= n; ++b)
-      for (int64_t longest : {int64_t{1}, kPrefillTwopassMinLength, kPrefillSplitMinLength})
+      for (int64_t longest : {int64_t{1}, kPrefillTwopassMinLength})
         for (bool workspace : {false, true}) {
           call.num_seqs = static_cast<int64_t>(b);
           call.rows = call.num_seqs * longest;

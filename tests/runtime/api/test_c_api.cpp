@@ -430,14 +430,14 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
   char reason[256];
   CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_OK);
   CHECK(std::string(reason).empty());
-  // N sequences of one chunk each: the short-prompt band.
+  // N sequences of one chunk each, no workspace: route pipe16 (its keys carry t16).
   REQUIRE(kdajit_config_key(&c, 1, name, sizeof name) == KDAJIT_OK);
-  CHECK(std::string(name) == "kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90");
+  CHECK(std::string(name) == "kda_prefill.h16.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90");
   c.state_dtype = KDAJIT_DTYPE_BF16;
   c.conv_layout = KDAJIT_CONV_DS;
   c.gate = KDAJIT_GATE_SOFTPLUS;
   REQUIRE(kdajit_config_key(&c, 300, name, sizeof name) == KDAJIT_OK);
-  CHECK(std::string(name) == "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_rowcta.sm_90");
+  CHECK(std::string(name) == "kda_prefill.h16.state_bf16.conv_ds.t16.gate_softplus.route_pipe16.sm_90");
   size_t needed = 0;
   REQUIRE(kdajit_config_keys(&c, nullptr, 0, &needed) == KDAJIT_OK);
   std::string buf(needed, '\0');
@@ -447,7 +447,8 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split2.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split4.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split8.sm_90\n"
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_twopass.sm_90");
+        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_twopass.sm_90\n"
+        "kda_prefill.h16.state_bf16.conv_ds.t16.gate_softplus.route_pipe16.sm_90");
   // tokens must be the chunk size; heads past 128 are UNSUPPORTED as for decode.
   c.tokens = 4;
   CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_INVALID_ARGUMENT);
@@ -517,7 +518,7 @@ TEST_CASE("c api: the chunk entry points: init, validation, sized args, NULLs, t
   char reason[256], name[256];
   CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_OK);
   REQUIRE(kdajit_config_key(&c, 2, name, sizeof name) == KDAJIT_OK);
-  CHECK(std::string(name) == "kda_chunk.h32.state_f32.conv_sd.t64.gate_bounded.route_rowcta.sm_90");
+  CHECK(std::string(name) == "kda_chunk.h32.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90");
   // The chunk op has no conv: a DS configuration names that.
   c.conv_layout = KDAJIT_CONV_DS;
   CHECK(kdajit_query_support(&c, reason, sizeof reason) == KDAJIT_ERROR_INVALID_ARGUMENT);

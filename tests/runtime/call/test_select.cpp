@@ -47,23 +47,16 @@ CallShape prefill(int heads, int64_t seqs, int64_t total, int64_t longest) {
 
 TEST_CASE("select: the prefill band", "[select][prefill]") {
   const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
-  // Long prompts (>= 1024 tokens): split4 while N x H x 4 <= SMs, else rowcta.
-  CHECK(builtin_route(prefill(16, 1, 16384, 16384), h200) == Route::split4);   // 64 CTAs
-  CHECK(builtin_route(prefill(16, 2, 4096, 2048), h200) == Route::split4);     // 32 x 4 = 128
-  CHECK(builtin_route(prefill(16, 4, 4096, 1024), h200) == Route::rowcta);     // 64 x 4 > 132
-  CHECK(builtin_route(prefill(64, 1, 4096, 4096), h200) == Route::rowcta);     // 64 x 4 > 132
-  CHECK(builtin_route(prefill(32, 1, 4096, 4096), h200) == Route::split4);     // 32 x 4 = 128
-  CHECK(builtin_route(prefill(16, 1, 16384, 16384), small) == Route::split4);  // 16 x 4 = 64
-  CHECK(builtin_route(prefill(32, 1, 16384, 16384), small) == Route::rowcta);  // 32 x 4 > 64
-  CHECK(builtin_route(prefill(1, 1, 1024, 0), h200) == Route::split4);         // no hint: T_total
-  // Short prompts: rowcta whatever the SMs.
-  CHECK(builtin_route(prefill(16, 1, 1023, 1023), h200) == Route::rowcta);
-  CHECK(builtin_route(prefill(1, 1, 100000, 1000), h200) == Route::rowcta);    // the hint wins over T_total
-  CHECK(builtin_route(prefill(1, 1, 500, 5000), h200) == Route::rowcta);       // a hint past T_total is T_total
+  // Without a workspace: pipe16, whatever the lengths, the batch and the SMs.
+  CHECK(builtin_route(prefill(16, 1, 16384, 16384), h200) == Route::pipe16);
+  CHECK(builtin_route(prefill(64, 8, 16384, 2048), h200) == Route::pipe16);
+  CHECK(builtin_route(prefill(16, 256, 256 * 64, 64), h200) == Route::pipe16);
+  CHECK(builtin_route(prefill(32, 1, 16384, 16384), small) == Route::pipe16);
+  CHECK(builtin_route(prefill(1, 1, 1, 0), h200) == Route::pipe16);
   // Every pick serves the op and is eligible.
   for (int h : {1, 8, 16, 64, 128})
     for (int64_t n : {1, 2, 3, 8, 100})
-      for (int64_t len : {1, 1023, 1024, 32768}) {
+      for (int64_t len : {1, 127, 128, 1024, 32768}) {
         const CallShape c = prefill(h, n, n * len, len);
         const Route r = builtin_route(c, h200);
         CHECK(route_spec(r).serves(Op::prefill));
@@ -81,16 +74,15 @@ TEST_CASE("select: twopass for a call with a workspace and a prompt of 128 token
   CHECK(builtin_route(ws(prefill(64, 8, 16384, 2048)), h200) == Route::twopass);   // a full grid
   CHECK(builtin_route(ws(prefill(16, 64, 74979, 1981)), h200) == Route::twopass);  // a serving mix
   CHECK(builtin_route(ws(prefill(16, 256, 256 * 128, 128)), h200) == Route::twopass);
-  CHECK(builtin_route(ws(prefill(16, 256, 256 * 127, 127)), h200) == Route::rowcta);  // below 128 tokens
-  CHECK(builtin_route(ws(prefill(16, 1, 16384, 100)), h200) == Route::rowcta);        // the hint decides
+  CHECK(builtin_route(ws(prefill(16, 256, 256 * 127, 127)), h200) == Route::pipe16);  // below 128 tokens
+  CHECK(builtin_route(ws(prefill(16, 1, 16384, 100)), h200) == Route::pipe16);        // the hint decides
+  CHECK(builtin_route(ws(prefill(1, 1, 100000, 1000)), h200) == Route::twopass);      // the hint wins over T_total
+  CHECK(builtin_route(ws(prefill(1, 1, 100, 5000)), h200) == Route::pipe16);          // a hint past T_total is T_total
   CHECK(builtin_route(ws(prefill(16, 1, 16384, 0)), h200) == Route::twopass);         // no hint: T_total
-  // A workspace one byte short is none: the band without twopass.
+  // A workspace one byte short is none: pipe16.
   CallShape short_ws = ws(prefill(16, 1, 16384, 16384));
   short_ws.workspace_bytes -= 1;
-  CHECK(builtin_route(short_ws, h200) == Route::split4);
-  short_ws = ws(prefill(64, 8, 16384, 2048));
-  short_ws.workspace_bytes -= 1;
-  CHECK(builtin_route(short_ws, h200) == Route::rowcta);
+  CHECK(builtin_route(short_ws, h200) == Route::pipe16);
 }
 
 TEST_CASE("select: the chunk op takes the prefill band", "[select][chunk]") {
@@ -119,9 +111,9 @@ TEST_CASE("select: prefill calls take no tuned route; a forced one must serve th
   const DeviceTraits d{Arch::sm_90, 132};
   RoutePolicy p;
   p.tuned = Route::stream;  // not a prefill route: never taken
-  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::rowcta);
+  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::pipe16);
   p.tuned = Route::split8;  // a prefill route: tune tables hold decode families only
-  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::rowcta);
+  CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::pipe16);
   p.tuned.reset();
   p.forced = Route::split4;
   CHECK(*select_route(prefill(16, 1, 100, 100), d, p) == Route::split4);
@@ -153,19 +145,16 @@ TEST_CASE("select: prewarm's route uses of a prefill family are the routes some 
     }
     return out;
   };
-  // H = 16 on 132 SMs: rowcta at every N (short prompts, or no workspace),
-  // split4 while 4 x N x 16 <= 132 (no workspace), twopass at every N (a call
-  // with a workspace and a prompt of 128 tokens or more).
-  const auto h16 = uses_of(16, 132);
-  CHECK(h16.size() == 3);
-  CHECK(h16.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
-  CHECK(h16.at(Route::split4) == std::vector<std::pair<int64_t, int64_t>>{{1, 2}});
-  CHECK(h16.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
-  // H = 64: 4 x 64 > 132, rowcta and twopass.
-  const auto h64 = uses_of(64, 132);
-  CHECK(h64.size() == 2);
-  CHECK(h64.at(Route::rowcta) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
-  CHECK(h64.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+  // Every H and SM count: pipe16 at every N (short prompts, or no
+  // workspace), twopass at every N (a call with a workspace and a prompt of
+  // 128 tokens or more).
+  for (int h : {16, 64})
+    for (int sms : {132, 16}) {
+      const auto uses = uses_of(h, sms);
+      CHECK(uses.size() == 2);
+      CHECK(uses.at(Route::pipe16) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+      CHECK(uses.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+    }
   for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
 }
 

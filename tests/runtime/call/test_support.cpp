@@ -204,7 +204,8 @@ TEST_CASE("support: every key the selector picks for a preset's shapes is in the
     const std::set<KernelKey> have(keys->begin(), keys->end());
     size_t checked = 0;
     for (const KernelKey& k : *keys) {
-      kdajit_config_t c = config_of(k.op, k.heads, k.state, k.conv, k.tokens, k.gate);
+      // A chunked op's configuration names t = 64 whatever its key's route's chunk.
+      kdajit_config_t c = config_of(k.op, k.heads, k.state, k.conv, chunked(k.op) ? kPrefillChunk : k.tokens, k.gate);
       c.arch = "sm_90";
       for (auto mode : {KDAJIT_INDICES_UNIQUE_OR_NULL, KDAJIT_INDICES_POSITIVE_UNIQUE, KDAJIT_INDICES_REPEATED_POSITIVE}) {
         if (k.op != Op::single && mode == KDAJIT_INDICES_REPEATED_POSITIVE) continue;
