@@ -2098,6 +2098,12 @@ __device__ __forceinline__ void load_unit_async(const Smem& sm, const unsigned c
   load_unit_rest(sm, unit);
 }
 
+// The rows of the chunk that starts c0 rows into a sequence of len rows (in
+// the callers' own integer types: the consumer's int arithmetic stays 32-bit).
+template <class I, class J>
+__device__ __forceinline__ int chunk_len(I len, J c0) {
+  return static_cast<int>(len - c0 < kC ? len - c0 : kC);
+}
 // Whether sequence n computes its rows (a well-formed, non-empty range and a
 // valid slot; the chunk op: a well-formed range, empty ones included, whose
 // final state is its initial one).
@@ -2140,7 +2146,7 @@ __device__ __forceinline__ void intra_units(const KdaParams& p, unsigned char* s
     if (n >= 0) {
       const bool initial = kChunk ? p.state != nullptr : p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
       const long long c0 = j * kC, len = static_cast<long long>(q1) - q0;
-      const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+      const int L = chunk_len(len, c0);
       intra_chunk(p, sm, h, 0, q0, c0, L, initial, static_cast<long long>(slot) * p.conv_slot_stride, gate);
     }
     __syncthreads();  // every thread is done with this unit's buffers
@@ -2230,7 +2236,7 @@ __device__ __forceinline__ void sequence(const KdaParams& p, const Smem& sm, int
   }
   for (long long c0 = 0; c0 < len; c0 += kC) {
     const long long row0 = q0 + c0;
-    const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    const int L = chunk_len(len, c0);
     if (kTwopass && part == 0 && threadIdx.x == 0 && c0 + kC < len) {
       // The next chunk's unit into the L2 while this one computes: its copies
       // after step 5 (P CTAs of this head) then wait on the L2, not on HBM.

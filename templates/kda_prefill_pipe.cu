@@ -185,7 +185,7 @@ __device__ __forceinline__ bool next_chunk(const KdaParams& p, int& n, PipeSeque
 __device__ __forceinline__ void stage_inputs(const KdaParams& p, unsigned char* smem, unsigned set, int h,
                                              const PipeSequence& s, long long c0) {
   const PipeProducer sm{{smem, nullptr}, set, true};
-  const int L = static_cast<int>(s.q1 - s.q0 - c0 < kC ? s.q1 - s.q0 - c0 : kC);
+  const int L = chunk_len(s.q1 - s.q0, c0);
   if constexpr (kChunk) stage_chunk_inputs(p, sm, h, s.q0 + c0, L);
   else stage_conv_inputs(p, sm, h, s.q0, c0, L, s.initial, static_cast<long long>(s.slot) * p.conv_slot_stride);
 }
@@ -221,7 +221,7 @@ __device__ __forceinline__ void pipe_produce(const KdaParams& p, unsigned char* 
     const int i = static_cast<int>(chunk % kSlots);
     const unsigned parity = (chunk / kSlots) & 1;
     const long long len = s.q1 - s.q0, cbase = static_cast<long long>(s.slot) * p.conv_slot_stride;
-    const int L = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    const int L = chunk_len(len, c0);
     mbar_wait(empty_bar(smem, i), parity ^ 1);
     // The next chunk's set was chunk - 1's: every producer passed the barrier
     // at the end of its steps. (The walk's next position is found again
@@ -269,7 +269,7 @@ __device__ __forceinline__ void pipe_consume(const KdaParams& p, unsigned char* 
     }
     const int len = s.q1 - s.q0;
     for (int c0 = 0; c0 < len; c0 += kC, ++chunk) {
-      const int i = static_cast<int>(chunk % kSlots), L = len - c0 < kC ? len - c0 : kC;
+      const int i = static_cast<int>(chunk % kSlots), L = chunk_len(len, c0);
       const long long row0 = static_cast<long long>(s.q0) + c0;
       if constexpr (!kChunk) copy_gate_rows(p, ring_slot(smem, i), h, row0, L, static_cast<int>(consumer_tid()));
       mbar_wait(full_bar(smem, i), (chunk / kSlots) & 1);
