@@ -528,9 +528,9 @@ __device__ __forceinline__ void load_chunk(const KdaParams& p, const S& sm, int 
   }
 }
 
-// Step 1: the q/k norm scales, per token: 1 / |q| /
-// sqrt(128) and 1 / |k| for the prefill op; for the chunk op p.scale / |q|
-// and 1 / |k| with the L2 norm, else p.scale and 1.
+// Step 1: the q/k norm scales, per token: 1 / |q| / sqrt(128) and 1 / |k|
+// for the prefill op; for the chunk op p.scale / |q| and 1 / |k| with the L2
+// norm, else p.scale and 1.
 template <class S>
 __device__ __forceinline__ void norm_scales(const KdaParams& p, const S& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -15,8 +15,10 @@ namespace {
 // has 128 tokens or more (its intra-chunk kernel runs every chunk at once and
 // its state pass splits a long prompt's value rows over up to 8 CTAs), else
 // route pipe16 (one CTA per (sequence, head) over chunks of 16, needs no
-// workspace). MEASURED: see docs/PERFORMANCE.md, "The prefill selector".
-// The longest sequence is the caller's hint (max_seq_len; T_total without
+// workspace). Not yet timed side by side against rowcta and split4 on the
+// H200: pipe16's first version beat rowcta on every batch of the H100 table
+// (docs/PERFORMANCE.md, "Chunks of 16 in two roles") and has taken 0.8x of
+// its time since. The longest sequence is the caller's hint (max_seq_len; T_total without
 // one): every route computes every length, the hint only picks the faster one.
 constexpr int64_t kPrefillTwopassMinLength = 128;
 
