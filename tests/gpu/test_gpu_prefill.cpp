@@ -663,7 +663,8 @@ TEST_CASE("prefill: the selector's route with max_seq_len 0 and a hint below the
       Outcome k = runtime().selected_prefill_key(dev.args(hint), reinterpret_cast<kdajit_stream_t>(stream()), &key);
       INFO(k.message);
       REQUIRE(k.ok());
-      CHECK(key.rfind("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_", 0) == 0);
+      CHECK(key.rfind("kda_prefill.h16.state_f32.conv_sd.t", 0) == 0);  // t: the route's chunk
+      CHECK(key.find(".gate_bounded.route_") != std::string::npos);
     }
     run_and_compare(runtime(), expected, p, fmt::format("max_seq_len {} (longest sequence 1000), {}", hint, key), hint);
   }

@@ -10,22 +10,33 @@ namespace kdajit {
 
 namespace {
 
-// The chunked ops (docs/DESIGN.md, "Prefill: the chunked op"): route
-// twopass for every call that brings its workspace and whose longest prompt
-// has 128 tokens or more (its intra-chunk kernel runs every chunk at once and
-// its state pass splits a long prompt's value rows over up to 8 CTAs), else
-// route pipe16 (one CTA per (sequence, head) over chunks of 16, needs no
-// workspace). Not yet timed side by side against rowcta and split4 on the
-// H200: pipe16's first version beat rowcta on every batch of the H100 table
-// (docs/PERFORMANCE.md, "Chunks of 16 in two roles") and has taken 0.8x of
-// its time since. The longest sequence is the caller's hint (max_seq_len; T_total without
-// one): every route computes every length, the hint only picks the faster one.
+// The chunked ops (docs/DESIGN.md, "Prefill: the chunked op"): route pipe16
+// (one CTA per (sequence, head) over chunks of 16, no workspace) unless its
+// longest chain sets its time: route twopass (its intra-chunk kernel runs
+// every chunk at once, its state pass splits a long prompt's value rows over
+// up to 8 CTAs) when the call brings its workspace, its longest prompt has
+// kPrefillTwopassMinLength tokens or more, and that prompt is longer than
+// 9/8 of pipe16's tokens per SM (T_total x H / SMs). pipe16's time is about
+// max(longest, T_total x H / SMs) times a token's cost on its CTA, twopass's
+// about T_total x H / SMs times its own (more for one long prompt): on the
+// H100 a twopass token costs 1.2-1.35x a pipe16 one (docs/PERFORMANCE.md,
+// "The prefill selector"). The longest sequence is the caller's hint
+// (max_seq_len; T_total without one, which takes twopass below 8/9 x SMs
+// heads): every route computes every length, the hint only picks the faster.
 constexpr int64_t kPrefillTwopassMinLength = 128;
+
+bool prefill_chain_bound(const CallShape& call, const DeviceTraits& device, int64_t longest) {
+  const int64_t sms = device.sm_count > 0 ? device.sm_count : 1;
+  return 8 * longest * sms > 9 * call.rows * call.family.heads;
+}
 
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
-  if (longest >= kPrefillTwopassMinLength && route_spec(Route::twopass).eligible(call, device)) return Route::twopass;
-  return route_spec(Route::pipe16).eligible(call, device) ? Route::pipe16 : Route::rowcta;
+  const bool pipe16 = route_spec(Route::pipe16).eligible(call, device);
+  if (longest >= kPrefillTwopassMinLength && (!pipe16 || prefill_chain_bound(call, device, longest)) &&
+      route_spec(Route::twopass).eligible(call, device))
+    return Route::twopass;
+  return pipe16 ? Route::pipe16 : Route::rowcta;
 }
 
 }  // namespace
@@ -112,17 +123,20 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
   const bool prefill = chunked(family.op);
   if (prefill) {
     // The pick depends on whether the longest prompt reaches
-    // kPrefillTwopassMinLength and whether the call brings a workspace: one
-    // length per band and N, with and without one, covers it.
+    // kPrefillTwopassMinLength, whether it is chain-bound (against T_total)
+    // and whether the call brings a workspace: per N, a short and a long
+    // longest prompt, the others as long or empty (the most chain-bound
+    // call of N sequences), with and without one.
     for (size_t b = 1; b <= n; ++b)
       for (int64_t longest : {int64_t{1}, kPrefillTwopassMinLength})
-        for (bool workspace : {false, true}) {
-          call.num_seqs = static_cast<int64_t>(b);
-          call.rows = call.num_seqs * longest;
-          call.max_seq_len = longest;
-          call.workspace_bytes = workspace ? twopass_workspace_bytes(call.num_seqs, call.rows, family.heads) : 0;
-          pick(call, b);
-        }
+        for (bool equal : {true, false})
+          for (bool workspace : {false, true}) {
+            call.num_seqs = static_cast<int64_t>(b);
+            call.rows = equal ? call.num_seqs * longest : longest;
+            call.max_seq_len = longest;
+            call.workspace_bytes = workspace ? twopass_workspace_bytes(call.num_seqs, call.rows, family.heads) : 0;
+            pick(call, b);
+          }
   } else {
     // Every slot-index mode validation can derive from the data; the packed op's
     // rows run concurrently and never take repeated slots.

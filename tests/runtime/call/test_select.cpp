@@ -64,21 +64,31 @@ TEST_CASE("select: the prefill band", "[select][prefill]") {
       }
 }
 
-TEST_CASE("select: twopass for a call with a workspace and a prompt of 128 tokens or more", "[select][prefill]") {
-  const DeviceTraits h200{Arch::sm_90, 132};
+TEST_CASE("select: twopass for a call with a workspace whose longest prompt sets pipe16's time", "[select][prefill]") {
+  const DeviceTraits h200{Arch::sm_90, 132}, small{Arch::sm_90, 64};
   const auto ws = [](CallShape c) {
     c.workspace_bytes = twopass_workspace_bytes(c.num_seqs, c.rows, c.family.heads);
     return c;
   };
   CHECK(builtin_route(ws(prefill(16, 1, 16384, 16384)), h200) == Route::twopass);  // few long prompts
-  CHECK(builtin_route(ws(prefill(64, 8, 16384, 2048)), h200) == Route::twopass);   // a full grid
-  CHECK(builtin_route(ws(prefill(16, 64, 74979, 1981)), h200) == Route::twopass);  // a serving mix
-  CHECK(builtin_route(ws(prefill(16, 256, 256 * 128, 128)), h200) == Route::twopass);
-  CHECK(builtin_route(ws(prefill(16, 256, 256 * 127, 127)), h200) == Route::pipe16);  // below 128 tokens
+  CHECK(builtin_route(ws(prefill(64, 1, 16384, 16384)), h200) == Route::twopass);
+  CHECK(builtin_route(ws(prefill(128, 1, 16384, 16384)), h200) == Route::pipe16);  // 128 CTAs of one prompt
+  // The edge: 8 x longest x SMs > 9 x T_total x H.
+  CHECK(builtin_route(ws(prefill(16, 8, 8 * 2048, 2048)), h200) == Route::pipe16);  // 1.03 x T_total x H / SMs
+  CHECK(builtin_route(ws(prefill(16, 7, 7 * 2048, 2048)), h200) == Route::twopass);  // 1.18 x
+  CHECK(builtin_route(ws(prefill(16, 8, 8 * 2048, 2048)), small) == Route::pipe16);
+  CHECK(builtin_route(ws(prefill(16, 4, 4 * 2048, 2048)), small) == Route::pipe16);  // 1.0 x on 64 SMs
+  CHECK(builtin_route(ws(prefill(16, 3, 3 * 2048, 2048)), small) == Route::twopass);
+  CHECK(builtin_route(ws(prefill(64, 8, 16384, 2048)), h200) == Route::pipe16);    // a full grid
+  CHECK(builtin_route(ws(prefill(16, 64, 74979, 1981)), h200) == Route::pipe16);   // a serving mix
+  CHECK(builtin_route(ws(prefill(16, 2, 16384 + 1, 16384)), h200) == Route::twopass);  // one long, one short
+  CHECK(builtin_route(ws(prefill(1, 256, 256 * 128, 128)), h200) == Route::pipe16);
+  CHECK(builtin_route(ws(prefill(16, 1, 127, 127)), h200) == Route::pipe16);           // below 128 tokens
+  CHECK(builtin_route(ws(prefill(16, 1, 128, 128)), h200) == Route::twopass);
   CHECK(builtin_route(ws(prefill(16, 1, 16384, 100)), h200) == Route::pipe16);        // the hint decides
   CHECK(builtin_route(ws(prefill(1, 1, 100000, 1000)), h200) == Route::twopass);      // the hint wins over T_total
   CHECK(builtin_route(ws(prefill(1, 1, 100, 5000)), h200) == Route::pipe16);          // a hint past T_total is T_total
-  CHECK(builtin_route(ws(prefill(16, 1, 16384, 0)), h200) == Route::twopass);         // no hint: T_total
+  CHECK(builtin_route(ws(prefill(16, 8, 16384, 0)), h200) == Route::twopass);         // no hint: T_total
   // A workspace one byte short is none: pipe16.
   CallShape short_ws = ws(prefill(16, 1, 16384, 16384));
   short_ws.workspace_bytes -= 1;
@@ -145,15 +155,16 @@ TEST_CASE("select: prewarm's route uses of a prefill family are the routes some 
     }
     return out;
   };
-  // Every H and SM count: pipe16 at every N (short prompts, or no
-  // workspace), twopass at every N (a call with a workspace and a prompt of
-  // 128 tokens or more).
-  for (int h : {16, 64})
+  // pipe16 at every N (short prompts, or no workspace); twopass at every N
+  // where one long prompt of N (the others empty) sets pipe16's time, so
+  // where H < 8/9 x SMs.
+  for (int h : {16, 64, 128})
     for (int sms : {132, 16}) {
       const auto uses = uses_of(h, sms);
-      CHECK(uses.size() == 2);
+      const bool twopass = 8 * sms > 9 * h;
+      CHECK(uses.size() == (twopass ? 2u : 1u));
       CHECK(uses.at(Route::pipe16) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
-      CHECK(uses.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
+      if (twopass) CHECK(uses.at(Route::twopass) == std::vector<std::pair<int64_t, int64_t>>{{1, 64}});
     }
   for (const auto& u : builtin_route_uses(single(16, 1).family, 132, 64)) CHECK_FALSE(u.any_length);
 }
