@@ -238,7 +238,7 @@ Result<std::vector<KernelKey>> pattern_keys(const json& obj, Arch default_arch, 
     const auto route = parse_field<Route>(p["route"].get<std::string>());
     if (!obj.contains("route")) {
       auto op = parse_field<Op>(p["op"].get<std::string>());
-      if (op && route && (!route_spec(*route).serves(*op) || forced_only(*route))) continue;
+      if (op && route && (!route_spec(*route).serves(*op) || forced_only(*route, *op))) continue;
     }
     // Single keys take t=1 and chunked keys their route's chunk size whatever
     // the pattern says; a packed key skips the chunk size (named for the

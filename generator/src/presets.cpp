@@ -38,7 +38,7 @@ std::vector<KernelKey> matrix(std::initializer_list<int> heads, bool single, int
 std::vector<KernelKey> keys_of_family(const KernelKey& family) {
   std::vector<KernelKey> out;
   for (const RouteSpec& r : route_table()) {
-    if (!r.serves(family.op) || forced_only(r.route)) continue;
+    if (!r.serves(family.op) || forced_only(r.route, family.op)) continue;
     KernelKey k = family;
     k.route = r.route;
     if (chunked(k.op)) k.tokens = route_chunk(r.route);

@@ -35,10 +35,10 @@ std::string error_of(const R& r) {
 bool contains(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
 
 // The routes of an op that the presets list: every route that serves it but
-// the forced-only ones (rowcta16, pipe16).
+// the ones forced only for it (the chunked ops': rowcta, the splits, rowcta16).
 size_t preset_routes(Op op) {
   size_t n = 0;
-  for (std::string_view name : route_names(op)) n += forced_only(*parse_field<Route>(name)) ? 0 : 1;
+  for (std::string_view name : route_names(op)) n += forced_only(*parse_field<Route>(name), op) ? 0 : 1;
   return n;
 }
 // Families x the routes that serve each op; every preset has one prefill

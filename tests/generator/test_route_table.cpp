@@ -159,7 +159,7 @@ TEST_CASE("route table: presets hold every route that serves each family (but th
   std::set<KernelKey> have(keys->begin(), keys->end());
   for (const KernelKey& k : *keys) {
     for (const RouteSpec& r : route_table()) {
-      if (!r.serves(k.op) || forced_only(r.route)) continue;
+      if (!r.serves(k.op) || forced_only(r.route, k.op)) continue;
       const KernelKey other = key_for(CallShape{k}, r.route, k.arch);  // a chunked op's t is its route's chunk
       INFO(key_name(other));
       CHECK(have.count(other) == 1);

@@ -304,13 +304,14 @@ TEST_CASE("kdajit routes lists every route of the table with its launch shape", 
 TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", "[cli][prewarm][prefill]") {
   TempDir scratch;
   const std::string root = scratch / "cache";
-  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 6 prefill routes (all but rowcta16).
+  // The preset's prefill keys: 4 heads x 2 dtypes x 2 layouts x 1 gate x the 2 routes the selector picks (pipe16,
+  // twopass; rowcta, the splits and rowcta16 only forced).
   Run keys = cli({"keys", "--preset", "glm-5.3-flash"}, scratch.path(), kSm90);
   REQUIRE(keys.code == 0);
-  CHECK(count_lines(keys.out, "kda_prefill.") == 96);
+  CHECK(count_lines(keys.out, "kda_prefill.") == 32);
   CHECK(keys.out.find("kda_prefill.h16.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90\n") != std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90\n") != std::string::npos);
-  CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_split8.sm_90\n") != std::string::npos);
+  CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_split8.sm_90\n") == std::string::npos);
   CHECK(keys.out.find("kda_prefill.h16.state_bf16.conv_ds.t64.gate_bounded.route_stream") == std::string::npos);
 
   // A pattern: prefill keys take their route's chunk (64; pipe16 16) whatever t the other ops of the pattern name.
@@ -325,8 +326,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   std::set<std::string> want;
   for (std::string_view route : {"rowcta", "split2", "split4", "stream"})
     want.insert(fmt::format("kda_packed.h16.state_f32.conv_sd.t4.gate_bounded.route_{}.sm_90", route));
-  for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass"})
-    want.insert(fmt::format("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_{}.sm_90", route));
+  want.insert("kda_prefill.h16.state_f32.conv_sd.t64.gate_bounded.route_twopass.sm_90");
   want.insert("kda_prefill.h16.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90");
   CHECK(names == want);
   // --t 64 names the prefill keys' t (a packed-only pattern cannot take it).
@@ -355,7 +355,7 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
   std::set<std::string> chunk_want;
   for (std::string_view st : {"f32", "bf16"})
     for (std::string_view g : {"bounded", "softplus"})
-      for (std::string_view route : {"rowcta", "split2", "split4", "split8", "twopass", "pipe16"})
+      for (std::string_view route : {"twopass", "pipe16"})
         chunk_want.insert(fmt::format("kda_chunk.h16.state_{}.conv_sd.t{}.gate_{}.route_{}.sm_90", st,
                                       route == "pipe16" ? 16 : 64, g, route));
   CHECK(chunk_names == chunk_want);
@@ -392,7 +392,10 @@ TEST_CASE("prefill keys: presets, key patterns, prewarm --dry-run and compile", 
     prefill_sm120 += k.rfind("kda_prefill.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
     single_sm120 += k.rfind("kda_single.", 0) == 0 && k.find(".sm_120a") != std::string::npos;
   }
-  CHECK(prefill_sm90 == route_names(Op::prefill).size() - 1);  // every route but the forced-only rowcta16
+  size_t selectable = 0;  // the routes the selector picks for the op (pipe16, twopass)
+  for (std::string_view r : route_names(Op::prefill)) selectable += forced_only(*parse_field<Route>(r), Op::prefill) ? 0 : 1;
+  CHECK(selectable == 2);
+  CHECK(prefill_sm90 == selectable);
   CHECK(prefill_sm120 == 0);
   CHECK(single_sm120 == route_names(Op::single).size());
   Run only = cli({"prewarm", "--cache-dir", root, "--dry-run", "--op", "prefill", "--heads", "16", "--arch", "sm_120a"},

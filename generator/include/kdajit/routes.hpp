@@ -59,10 +59,13 @@ constexpr RouteChunkColumns route_chunk_columns(Route route) {
 }
 // The chunk size of a chunked op's keys on `route` (their t field).
 constexpr int route_chunk(Route route) { return route_chunk_columns(route).chunk; }
-// A route that runs only where a caller forces it (options.route), being
-// measured: the selector never picks it, and no preset or configuration lists
-// its keys (docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)").
-constexpr bool forced_only(Route route) { return route_chunk_columns(route).forced; }
+// A route that runs `op` only where a caller forces it (options.route): the
+// selector never picks it for the op, and no preset or configuration lists
+// its keys of the op. Only chunked ops have such routes: rowcta16 (being
+// measured: docs/DESIGN.md, "Chunks of 16 on one CTA per (sequence, head)"),
+// and rowcta and the splits, which pipe16 and twopass outrun on every
+// prompt batch measured (docs/PERFORMANCE.md, "The prefill selector").
+constexpr bool forced_only(Route route, Op op) { return chunked(op) && route_chunk_columns(route).forced; }
 
 // The key `call` runs with on `arch` with `route`.
 inline KernelKey key_for(const CallShape& call, Route route, Arch arch) {

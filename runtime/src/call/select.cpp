@@ -30,13 +30,15 @@ bool prefill_chain_bound(const CallShape& call, const DeviceTraits& device, int6
   return 8 * longest * sms > 9 * call.rows * call.family.heads;
 }
 
+// The other chunked routes run only when options.route names them
+// (forced_only): pipe16 outran them on every batch measured, and twopass on
+// one long prompt.
 Route prefill_route(const CallShape& call, const DeviceTraits& device) {
   const int64_t longest = call.max_seq_len > 0 ? std::min(call.max_seq_len, call.rows) : call.rows;
-  const bool pipe16 = route_spec(Route::pipe16).eligible(call, device);
-  if (longest >= kPrefillTwopassMinLength && (!pipe16 || prefill_chain_bound(call, device, longest)) &&
+  if (longest >= kPrefillTwopassMinLength && prefill_chain_bound(call, device, longest) &&
       route_spec(Route::twopass).eligible(call, device))
     return Route::twopass;
-  return pipe16 ? Route::pipe16 : Route::rowcta;
+  return Route::pipe16;
 }
 
 }  // namespace

@@ -273,7 +273,7 @@ Result<std::vector<KernelKey>> config_keys(const kdajit_config_t& c) {
   if (chunked(call.shape.family.op)) call.shape.workspace_bytes = INT64_MAX;
   std::vector<KernelKey> out;
   for (const RouteSpec& r : route_table())
-    if (r.serves(call.shape.family.op) && !forced_only(r.route) && r.eligible(call.shape, device))
+    if (r.serves(call.shape.family.op) && !forced_only(r.route, call.shape.family.op) && r.eligible(call.shape, device))
       out.push_back(key_for(call.shape, r.route, device.arch));
   return out;
 }

@@ -46,10 +46,10 @@ TEST_CASE("prewarm_async compiles in the background, once per key, and counts", 
   TempRoot root;
   std::vector<std::string> preset;
   REQUIRE(kdajit::Runtime::preset_key_names("glm-5.3-flash", "sm_90", &preset).ok());
-  // 16 single-op families x 5 routes, 48 packed x 4, 16 prefill x 6.
-  REQUIRE(preset.size() == 16 * 5 + 48 * 4 + 16 * 6);
+  // 16 single-op families x 5 routes, 48 packed x 4, 16 prefill x 2 (pipe16, twopass).
+  REQUIRE(preset.size() == 16 * 5 + 48 * 4 + 16 * 2);
   CHECK(std::count_if(preset.begin(), preset.end(), [](const std::string& k) { return k.rfind("kda_prefill.", 0) == 0; }) ==
-        16 * 6);
+        16 * 2);
   // The H8 single-op family: five keys, every single-op route.
   std::vector<std::string> keys;
   for (const auto& k : preset)

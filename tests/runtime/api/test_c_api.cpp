@@ -443,10 +443,6 @@ TEST_CASE("c api: the decode entry points name the prefill op; the config ones s
   std::string buf(needed, '\0');
   REQUIRE(kdajit_config_keys(&c, buf.data(), buf.size(), &needed) == KDAJIT_OK);
   CHECK(std::string(buf.c_str()) ==
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_rowcta.sm_90\n"
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split2.sm_90\n"
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split4.sm_90\n"
-        "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_split8.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t64.gate_softplus.route_twopass.sm_90\n"
         "kda_prefill.h16.state_bf16.conv_ds.t16.gate_softplus.route_pipe16.sm_90");
   // tokens must be the chunk size; heads past 128 are UNSUPPORTED as for decode.
