@@ -127,18 +127,18 @@ std::vector<BuiltinRouteUse> builtin_route_uses(const KernelKey& family, int sm_
     // The pick depends on whether the longest prompt reaches
     // kPrefillTwopassMinLength, whether it is chain-bound (against T_total)
     // and whether the call brings a workspace: per N, a short and a long
-    // longest prompt, the others as long or empty (the most chain-bound
-    // call of N sequences), with and without one.
+    // longest prompt with the others empty (the most chain-bound call of N
+    // sequences: any call of N that takes twopass makes this one take it),
+    // with and without one.
     for (size_t b = 1; b <= n; ++b)
       for (int64_t longest : {int64_t{1}, kPrefillTwopassMinLength})
-        for (bool equal : {true, false})
-          for (bool workspace : {false, true}) {
-            call.num_seqs = static_cast<int64_t>(b);
-            call.rows = equal ? call.num_seqs * longest : longest;
-            call.max_seq_len = longest;
-            call.workspace_bytes = workspace ? twopass_workspace_bytes(call.num_seqs, call.rows, family.heads) : 0;
-            pick(call, b);
-          }
+        for (bool workspace : {false, true}) {
+          call.num_seqs = static_cast<int64_t>(b);
+          call.rows = longest;
+          call.max_seq_len = longest;
+          call.workspace_bytes = workspace ? twopass_workspace_bytes(call.num_seqs, call.rows, family.heads) : 0;
+          pick(call, b);
+        }
   } else {
     // Every slot-index mode validation can derive from the data; the packed op's
     // rows run concurrently and never take repeated slots.
