@@ -792,7 +792,8 @@ __device__ __forceinline__ void conv_gates_from_stage(const KdaParams& p, const 
       // Staged by thread u (stage_beta), visible here after the barrier.
       if (u < L && beta_stageable(p)) beta = staged_beta(p, sm.beta_words(), h, row0, u, false);
     }
-    sm.beta()[u] = u < L ? sigmoid(beta) : 0.f;
+    // β has kC entries; at C = 16 (route pipe16) 64 gate threads run this.
+    if (u < kC) sm.beta()[u] = u < L ? sigmoid(beta) : 0.f;
   }
 }
 template <class S>

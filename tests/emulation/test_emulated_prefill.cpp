@@ -145,6 +145,18 @@ TEST_CASE("emulated prefill kernel: route twopass, row tensors not 8-byte aligne
             KDAJIT_GATE_BOUNDED, 9805, c);
 }
 
+TEST_CASE("emulated prefill kernel: route pipe16, a weak decay from the slots' states (S W^T weighs on every token)",
+          "[emulation][prefill]") {
+  // With lower_bound -0.1 the state's products weigh on every token row of a
+  // chunk, so a lost element of a slot's operands shows: β's 64 gate threads
+  // once wrote past its 16 entries into the ring's first slot.
+  const Call c{{150, 40, 75}, {4, 5, 6}, {1, 1, 1}};
+  emu::set_slow_warps(8, 15);
+  check_key("kda_prefill.h2.state_f32.conv_sd.t16.gate_bounded.route_pipe16.sm_90", KDAJIT_DTYPE_F32, KDAJIT_CONV_SD,
+            KDAJIT_GATE_BOUNDED, 9841, c, 1, -0.1f);
+  emu::set_slow_warps(1, 0);
+}
+
 TEST_CASE("emulated prefill kernel: route twopass, 1, 2 and 4 state pass CTAs per (sequence, head)",
           "[emulation][prefill]") {
   // N x H = 6: P = 1 on 2 SMs (every state warp in one CTA), P = 2 on 12
